@@ -1,0 +1,1 @@
+"""On-object-store formats and the two storage interfaces (ObjectStore, MetadataStore)."""

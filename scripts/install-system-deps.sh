@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suite drives, only those that are missing.
+set -euo pipefail
+need=()
+command -v kcat >/dev/null 2>&1 || need+=(kcat)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+if [ ${#need[@]} -eq 0 ]; then
+    exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+        echo "missing Debian packages: ${need[*]} (run as root or install them)" >&2; exit 1
+    fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"

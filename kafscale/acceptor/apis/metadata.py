@@ -1,0 +1,78 @@
+"""Metadata v0-v12: every shard is a broker; a partition's leader is the shard that owns it."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.acceptor.apis.common import NO_THROTTLE, make, response_module
+from kafscale.acceptor.router import RequestContext, Router
+from kafscale.cluster.topics import TopicExistsError, TopicInfo, topic_name_problem
+
+if TYPE_CHECKING:
+    from kafscale.actors.shard import ShardCore
+
+API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def register(router: Router, shard: ShardCore) -> None:
+    async def resolve(name: str, auto_create: bool) -> tuple[ErrorCode, TopicInfo | None]:
+        info = await shard.topics.get(name)
+        if info is not None:
+            return ErrorCode.none, info
+        if topic_name_problem(name):
+            return ErrorCode.invalid_topic_exception, None
+        if not (auto_create and shard.config.auto_create_topics):
+            return ErrorCode.unknown_topic_or_partition, None
+        with contextlib.suppress(TopicExistsError):
+            await shard.topics.create(name, shard.config.default_partitions, len(shard.shards))
+        # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
+        return ErrorCode.none, await shard.topics.get(name)
+
+    async def handle(ctx: RequestContext, req: Any) -> Any:
+        mod = response_module(ctx)
+        v = ctx.api_version
+        auto = bool(getattr(req, "allow_auto_topic_creation", True))
+        if req.topics is None or (v == 0 and not req.topics):
+            answers = [(ErrorCode.none, info.name, info) for info in sorted(shard.topics.topics.values(),
+                                                                              key=lambda i: i.name)]
+        else:
+            answers = []
+            for t in req.topics:
+                name = t.name
+                if name is None and getattr(t, "topic_id", None) is not None:
+                    info = shard.topics.by_id.get(t.topic_id)
+                    answers.append((ErrorCode.none, info.name, info) if info
+                                   else (ErrorCode.unknown_topic_id, None, None))
+                    continue
+                code, info = await resolve(name, auto)
+                answers.append((code, name, info))
+        brokers = tuple(make(mod.MetadataResponseBroker, node_id=s.id, host=s.host, port=s.port, rack=None)
+                        for s in shard.shards)
+        topics = []
+        for code, name, info in answers:
+            partitions = ()
+            if info is not None:
+                partitions = tuple(make(
+                    mod.MetadataResponsePartition,
+                    error_code=ErrorCode.none,
+                    partition_index=p,
+                    leader_id=shard.leader_of(info, p),
+                    leader_epoch=-1,
+                    replica_nodes=(shard.leader_of(info, p),),
+                    isr_nodes=(shard.leader_of(info, p),),
+                    offline_replicas=(),
+                ) for p in range(info.partitions))
+            topics.append(make(
+                mod.MetadataResponseTopic, error_code=code, name=name,
+                topic_id=info.id if info else _ZERO_UUID, is_internal=False, partitions=partitions,
+            ))
+        return make(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
+                    cluster_id=shard.cluster_id, controller_id=0, topics=tuple(topics))
+
+    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+

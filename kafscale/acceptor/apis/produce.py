@@ -1,0 +1,61 @@
+"""Produce v3-v11: hand each partition's batches to its owner; answer per acks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.acceptor.apis.common import NO_THROTTLE, make, ms, response_module, to_datetime
+from kafscale.acceptor.router import RequestContext, Router
+
+if TYPE_CHECKING:
+    from kafscale.actors.shard import ShardCore
+
+API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 11
+
+
+def register(router: Router, shard: ShardCore) -> None:
+    async def handle(ctx: RequestContext, req: Any) -> Any | None:
+        acks = int(req.acks)
+        timeout_ms = ms(req.timeout, 30_000)
+        jobs: list[tuple[str, int, Any]] = []
+        errors: dict[tuple[str, int], dict[str, Any]] = {}
+        for topic in req.topic_data:
+            for part in topic.partition_data:
+                key = (topic.name, int(part.index))
+                if acks not in (-1, 0, 1):
+                    errors[key] = {"error": int(ErrorCode.invalid_required_acks)}
+                elif req.transactional_id is not None:
+                    errors[key] = {"error": int(ErrorCode.transactional_id_authorization_failed)}
+                elif part.records is None:
+                    errors[key] = {"error": int(ErrorCode.invalid_record), "message": "no records"}
+                else:
+                    jobs.append((topic.name, int(part.index), part.records))
+        results = await asyncio.gather(*(shard.produce(t, p, bytes(r), acks, timeout_ms) for t, p, r in jobs))
+        answers = dict(errors)
+        for (t, p, _), result in zip(jobs, results, strict=True):
+            answers[(t, p)] = result
+        if acks == 0:
+            return None
+        mod = response_module(ctx)
+        topics = []
+        for topic in req.topic_data:
+            partitions = []
+            for part in topic.partition_data:
+                r = answers[(topic.name, int(part.index))]
+                partitions.append(make(
+                    mod.PartitionProduceResponse,
+                    index=part.index,
+                    error_code=ErrorCode(r["error"]),
+                    base_offset=r.get("base_offset", -1) if r["error"] == 0 else -1,
+                    log_append_time=to_datetime(r.get("log_append_time", -1)),
+                    log_start_offset=r.get("log_start_offset", -1),
+                    record_errors=(),
+                    error_message=r.get("message") if r["error"] else None,
+                ))
+            topics.append(make(mod.TopicProduceResponse, name=topic.name, partition_responses=tuple(partitions)))
+        return make(mod.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)

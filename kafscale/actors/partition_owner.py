@@ -1,0 +1,423 @@
+"""The partition owner: single writer of one partition (offsets, buffer, flush, fencing).
+
+Write path: append() assigns offsets and buffers the batches; the flush loop turns everything
+buffered within one flush window into one segment (group commit), uploads segment and index with
+conditional creates, then commits the partition state in the metadata store with a compare on the
+owner key's revision (fencing), and only then advances the high watermark and answers acks=all.
+Reads of committed data go through `ReadPath`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.actors.producer_state import BatchMeta, ProducerEntry, ProducerStates
+from kafscale.actors.read_path import ReadPath, SegmentMeta
+from kafscale.cluster import keys
+from kafscale.storage import keys as object_keys
+from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
+from kafscale.storage.cache import ByteLRU
+from kafscale.storage.health import HealthState
+from kafscale.storage.metadata_store import Compare, MetadataStore, Put
+from kafscale.storage.segment import build_segment
+
+log = logging.getLogger(__name__)
+
+
+class FencedError(Exception):
+    """Another owner incarnation took the partition over; this one must stop writing."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerSettings:
+    namespace: str = "default"
+    segment_bytes: int = 4 * 1024 * 1024
+    flush_interval_ms: int = 50
+    index_interval_bytes: int = 4096
+    max_pending_bytes: int = 64 * 1024 * 1024
+    readahead_segments: int = 1
+
+
+@dataclass(slots=True)
+class AppendOutcome:
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    durable: asyncio.Future[None] | None = None  # resolves when the records are committed
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Batches of one flush window, becoming one segment."""
+
+    chunks: list[bytearray] = field(default_factory=list)
+    nbytes: int = 0
+    first_offset: int = -1
+    last_offset: int = -1
+    started: float = 0.0
+    producers: dict[int, ProducerEntry] = field(default_factory=dict)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+
+class PartitionOwner:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        shard_id: int,
+        meta: MetadataStore,
+        objects: AsyncObjectStore,
+        cache: ByteLRU,
+        settings: OwnerSettings,
+        topic_config: Callable[[], dict[str, Any]] = dict,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.shard_id = shard_id
+        self.meta = meta
+        self.objects = objects
+        self.settings = settings
+        self.topic_config = topic_config
+        self.epoch = 0
+        self.next_offset = 0  # next offset to assign (buffered included)
+        self.high_watermark = 0  # end of committed data
+        self.log_start_offset = 0
+        self.fenced = False
+        self.closed = False
+        self.segments: list[SegmentMeta] = []
+        self.reader = ReadPath(self, cache)
+        self._owner_revision = 0
+        self._producers = ProducerStates()
+        self._open = _Pending()
+        self._sealed: deque[_Pending] = deque()
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._data_waiters: set[asyncio.Event] = set()
+        self._flusher: asyncio.Task[None] | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        """Take ownership (bumping the epoch) and rebuild state from the metadata store.
+
+        Objects a previous owner uploaded but never committed are not in the segment list, so they
+        are never served; the first flush at their offset replaces them.
+        """
+        owner_key = keys.owner(self.topic, self.partition)
+        for _ in range(20):
+            current = await self.meta.get(owner_key)
+            epoch = (current.value["epoch"] + 1) if current else 1
+            seen = current.mod_revision if current else 0
+            result = await self.meta.txn(
+                [Compare(owner_key, "mod_revision", "==", seen)],
+                [Put(owner_key, {"epoch": epoch, "shard": self.shard_id})],
+            )
+            if result.succeeded:
+                self.epoch = epoch
+                self._owner_revision = result.revision
+                break
+        else:
+            raise FencedError(f"could not take ownership of {self.topic}-{self.partition}: contended")
+        state = await self.meta.get(keys.state(self.topic, self.partition))
+        if state is not None:
+            self.high_watermark = self.next_offset = int(state.value["next_offset"])
+            self.log_start_offset = int(state.value.get("log_start_offset", 0))
+        segments = await self.meta.range(keys.segments(self.topic, self.partition))
+        self.segments = sorted(
+            (SegmentMeta.from_value(kv.value) for kv in segments if kv.value["base"] < self.high_watermark),
+            key=lambda s: s.base,
+        )
+        for kv in await self.meta.range(keys.producers(self.topic, self.partition)):
+            pid = int(kv.key.rsplit("/", 1)[1])
+            self._producers.entries[pid] = ProducerEntry.from_value(kv.value)
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        log.info("owner %s-%d open: epoch %d, offsets [%d, %d), %d segments", self.topic, self.partition,
+                 self.epoch, self.log_start_offset, self.high_watermark, len(self.segments))
+
+    async def close(self, flush: bool = True) -> None:
+        """Flush what is buffered (unless fenced) and stop the flush loop."""
+        if self.closed:
+            return
+        self.closed = True
+        if flush and not self.fenced:
+            self._seal()
+        self._wake.set()
+        if self._flusher is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._flusher), timeout=30)
+            except (TimeoutError, asyncio.CancelledError):
+                self._flusher.cancel()
+        self._fail_all(ErrorCode.not_leader_or_follower)
+        self._notify_readers()
+
+    # ---------------------------------------------------------------- write path
+
+    def pending_bytes(self) -> int:
+        return self._open.nbytes + sum(p.nbytes for p in self._sealed)
+
+    async def append(self, records: bytes, *, acks: int) -> AppendOutcome:
+        """Assign offsets to the batches in `records` and buffer them for the next flush."""
+        if self.fenced or self.closed:
+            return AppendOutcome(ErrorCode.not_leader_or_follower)
+        if self.objects.state() != HealthState.HEALTHY:
+            return AppendOutcome(ErrorCode.kafka_storage_error, message="object store is not healthy")
+        buf = bytearray(records)
+        try:
+            batches = split_batches(buf, verify_crc=True)
+        except InvalidBatchError as e:
+            return AppendOutcome(ErrorCode(e.error_code), message=e.reason)
+        if not batches:
+            return AppendOutcome(ErrorCode.invalid_record, message="no record batches")
+        error = self._validate(batches)
+        if error is not None:
+            return error
+        # Back-pressure: hold the producer while too much is waiting for the object store.
+        while self.pending_bytes() > self.settings.max_pending_bytes and not (self.fenced or self.closed):
+            self._space.clear()
+            await self._space.wait()
+        if self.fenced or self.closed:
+            return AppendOutcome(ErrorCode.not_leader_or_follower)
+
+        duplicate = self._find_duplicate(batches)
+        if duplicate is not None:
+            return duplicate
+        refused = self._check_sequences(batches)
+        if refused is not None:
+            return AppendOutcome(refused, log_start_offset=self.log_start_offset)
+
+        log_append = self.topic_config().get("message.timestamp.type") == "LogAppendTime"
+        now_ms = int(time.time() * 1000)
+        base = self.next_offset
+        pending = self._open
+        if not pending.chunks:
+            pending.first_offset = base
+            pending.started = time.monotonic()
+        for pos, header in batches:
+            set_base_offset(buf, pos, self.next_offset)
+            if log_append:
+                set_log_append_time(buf, pos, now_ms)
+            if header.producer_id >= 0:
+                pending.producers[header.producer_id] = self._producers.record(header, self.next_offset)
+            self.next_offset += header.last_offset_delta + 1
+        pending.chunks.append(buf)
+        pending.nbytes += len(buf)
+        pending.last_offset = self.next_offset - 1
+        outcome = AppendOutcome(base_offset=base, log_append_time=now_ms if log_append else -1,
+                                log_start_offset=self.log_start_offset)
+        if acks != 0:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            pending.waiters.append(fut)
+            outcome.durable = fut
+        if pending.nbytes >= self.settings.segment_bytes:
+            self._seal()
+        self._wake.set()
+        return outcome
+
+    def _validate(self, batches: list[tuple[int, BatchHeader]]) -> AppendOutcome | None:
+        for _, h in batches:
+            if h.is_transactional or h.is_control:
+                return AppendOutcome(ErrorCode.invalid_record,
+                                     message="transactional and control batches are not supported")
+            if h.record_count != h.last_offset_delta + 1:
+                return AppendOutcome(ErrorCode.invalid_record, message="record count does not match offsets")
+        max_bytes = self.topic_config().get("max.message.bytes")
+        if max_bytes is not None:
+            for _, h in batches:
+                if h.size > int(max_bytes):
+                    return AppendOutcome(ErrorCode.message_too_large,
+                                         message=f"batch of {h.size} bytes exceeds max.message.bytes")
+        return None
+
+    def _find_duplicate(self, batches: list[tuple[int, BatchHeader]]) -> AppendOutcome | None:
+        """A retried idempotent request: answer with the offsets its batches got the first time."""
+        metas: list[BatchMeta] = []
+        for _, header in batches:
+            if header.producer_id < 0:
+                return None
+            verdict = self._producers.check(header)
+            if not isinstance(verdict, BatchMeta):
+                return None
+            metas.append(verdict)
+        outcome = AppendOutcome(base_offset=metas[0].base_offset, log_start_offset=self.log_start_offset)
+        last = metas[-1].last_offset
+        if last >= self.high_watermark:
+            # Still buffered: the retry is durable exactly when the original is.
+            outcome.durable = self._durable_future_for(last)
+        return outcome
+
+    def _check_sequences(self, batches: list[tuple[int, BatchHeader]]) -> ErrorCode | None:
+        """Kafka's sequence rules; later batches of one producer in the same request must follow on."""
+        previous: dict[int, BatchHeader] = {}
+        for _, h in batches:
+            if h.producer_id < 0:
+                continue
+            prev = previous.get(h.producer_id)
+            if prev is None:
+                verdict = self._producers.check(h)
+                if isinstance(verdict, ErrorCode):
+                    return verdict
+                if isinstance(verdict, BatchMeta):  # a retry mixed with new batches
+                    return ErrorCode.duplicate_sequence_number
+            elif (h.producer_epoch != prev.producer_epoch
+                  or h.base_sequence != (prev.base_sequence + prev.last_offset_delta + 1) % 2**31):
+                return ErrorCode.out_of_order_sequence_number
+            previous[h.producer_id] = h
+        return None
+
+    def _durable_future_for(self, offset: int) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for pending in [*self._sealed, self._open]:
+            if pending.chunks and pending.first_offset <= offset <= pending.last_offset:
+                pending.waiters.append(fut)
+                return fut
+        fut.set_result(None)
+        return fut
+
+    def _seal(self) -> None:
+        if self._open.chunks:
+            self._sealed.append(self._open)
+            self._open = _Pending()
+
+    async def _flush_loop(self) -> None:
+        interval = self.settings.flush_interval_ms / 1000.0
+        while True:
+            if self._open.chunks and not self.closed:
+                remaining = self._open.started + interval - time.monotonic()
+                if remaining > 0 and not self._sealed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=remaining)
+                self._wake.clear()
+                if time.monotonic() - self._open.started >= interval or self.closed:
+                    self._seal()
+            elif not self._sealed:
+                if self.closed:
+                    return
+                await self._wake.wait()
+                self._wake.clear()
+            while self._sealed and not self.fenced:
+                try:
+                    await self._flush(self._sealed[0])
+                except FencedError as e:
+                    log.warning("%s-%d fenced: %s", self.topic, self.partition, e)
+                    self.fenced = True
+                    self._fail_all(ErrorCode.not_leader_or_follower)
+                    return
+                done = self._sealed.popleft()
+                for fut in done.waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+                self._space.set()
+                self._notify_readers()
+            if self.fenced or (self.closed and not self._sealed and not self._open.chunks):
+                return
+
+    async def _flush(self, pending: _Pending) -> None:
+        """Upload one segment and commit it; retries store errors until it succeeds or is fenced."""
+        built = build_segment(pending.chunks, created_ms=int(time.time() * 1000),
+                              index_interval_bytes=self.settings.index_interval_bytes)
+        ns = self.settings.namespace
+        seg_key = object_keys.segment_key(ns, self.topic, self.partition, built.info.base_offset)
+        idx_key = object_keys.index_key(ns, self.topic, self.partition, built.info.base_offset)
+        delay = 0.05
+        while True:
+            try:
+                await asyncio.gather(self._create(seg_key, built.data), self._create(idx_key, built.index))
+                await self._commit(pending, built.info)
+                break
+            except FencedError:
+                raise
+            except Exception as e:  # store trouble: keep the data, retry with back-off
+                if self.closed and delay > 2:
+                    raise FencedError(f"giving up flush on close: {e}") from e
+                log.warning("flush of %s failed (%s); retrying in %.2fs", seg_key, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        meta = SegmentMeta.from_info(built.info)
+        self.segments.append(meta)
+        self.high_watermark = meta.last + 1
+        self.reader.cache_built(meta, built.data)
+
+    async def _create(self, key: str, data: bytes) -> None:
+        """Conditional create; a leftover object at this key can only be uncommitted garbage of a
+        previous owner (offsets below the high watermark are never rewritten), so once we have
+        checked we still own the partition we remove it and try again."""
+        for _ in range(5):
+            if await self.objects.put_if_absent(key, data):
+                return
+            await self._check_owner()
+            log.info("removing uncommitted leftover %s", key)
+            await self.objects.delete(key)
+        raise RuntimeError(f"could not create {key}: it keeps reappearing")
+
+    async def _check_owner(self) -> None:
+        current = await self.meta.get(keys.owner(self.topic, self.partition))
+        if current is None or current.mod_revision != self._owner_revision:
+            raise FencedError(f"owner key of {self.topic}-{self.partition} changed")
+
+    async def _commit(self, pending: _Pending, info: Any) -> None:
+        state = {"next_offset": info.last_offset + 1, "log_start_offset": self.log_start_offset,
+                 "epoch": self.epoch}
+        ops = [
+            Put(keys.state(self.topic, self.partition), state),
+            Put(keys.segment(self.topic, self.partition, info.base_offset), SegmentMeta.from_info(info).to_value()),
+        ]
+        for pid, entry in pending.producers.items():
+            ops.append(Put(keys.producer(self.topic, self.partition, pid), entry.to_value()))
+        guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self._owner_revision)]
+        try:
+            result = await self.meta.txn(guard, ops)
+        except Exception:
+            # The commit may have been applied before the error: look before retrying.
+            current = await self.meta.get(keys.state(self.topic, self.partition))
+            if current is not None and current.value["next_offset"] == info.last_offset + 1:
+                await self._check_owner()
+                return
+            raise
+        if not result.succeeded:
+            raise FencedError(f"commit of {self.topic}-{self.partition} refused: epoch {self.epoch} is stale")
+
+    def _fail_all(self, code: ErrorCode) -> None:
+        for pending in [*self._sealed, self._open]:
+            for fut in pending.waiters:
+                if not fut.done():
+                    fut.set_exception(PartitionError(code))
+        self._space.set()
+
+    # ---------------------------------------------------------------- read side
+
+    def add_data_waiter(self, event: asyncio.Event) -> None:
+        self._data_waiters.add(event)
+
+    def remove_data_waiter(self, event: asyncio.Event) -> None:
+        self._data_waiters.discard(event)
+
+    def _notify_readers(self) -> None:
+        for event in self._data_waiters:
+            event.set()
+
+    def segment_for(self, offset: int) -> SegmentMeta | None:
+        """The committed segment holding `offset`, or the next one after a gap."""
+        i = bisect.bisect_right(self.segments, offset, key=lambda s: s.base) - 1
+        if i >= 0 and self.segments[i].last >= offset:
+            return self.segments[i]
+        return self.segments[i + 1] if i + 1 < len(self.segments) else None
+
+
+class PartitionError(Exception):
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code

@@ -1,0 +1,94 @@
+"""Idempotent-producer bookkeeping of one partition: Kafka's sequence rules, per producer id.
+
+Kafka keeps the last five batches of every producer so that a retried batch is recognised and
+answered with the offsets it first got, instead of being written twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.storage.batch import BatchHeader
+
+MAX_CACHED_BATCHES = 5
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int
+    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def to_value(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "batches": [[b.first_seq, b.last_seq, b.base_offset, b.last_offset]
+                                                   for b in self.batches]}
+
+    @classmethod
+    def from_value(cls, value: dict[str, Any]) -> ProducerEntry:
+        entry = cls(epoch=int(value["epoch"]))
+        for first, last, base, last_off in value.get("batches", []):
+            entry.batches.append(BatchMeta(first, last, base, last_off))
+        return entry
+
+
+def _next_seq(seq: int) -> int:
+    return 0 if seq == INT32_MAX else seq + 1
+
+
+def _seq_add(seq: int, delta: int) -> int:
+    return (seq + delta) % (INT32_MAX + 1)
+
+
+class ProducerStates:
+    """Only the partition owner's task touches this."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, ProducerEntry] = {}
+
+    def check(self, header: BatchHeader) -> BatchMeta | ErrorCode | None:
+        """None: append it. BatchMeta: a retry of that stored batch. ErrorCode: refuse the batch."""
+        entry = self.entries.get(header.producer_id)
+        first = header.base_sequence
+        if first < 0:
+            return ErrorCode.invalid_record
+        last = _seq_add(first, header.last_offset_delta)
+        if entry is None:
+            # No history (new producer, or its state aged out): Kafka accepts it as the start.
+            return None
+        if header.producer_epoch < entry.epoch:
+            return ErrorCode.invalid_producer_epoch
+        if header.producer_epoch > entry.epoch:
+            return None if first == 0 else ErrorCode.out_of_order_sequence_number
+        for meta in entry.batches:
+            if meta.first_seq == first and meta.last_seq == last:
+                return meta
+        if first != _next_seq(entry.last_seq):
+            return ErrorCode.out_of_order_sequence_number
+        return None
+
+    def record(self, header: BatchHeader, base_offset: int) -> ProducerEntry:
+        entry = self.entries.get(header.producer_id)
+        if entry is None or header.producer_epoch != entry.epoch:
+            entry = ProducerEntry(epoch=header.producer_epoch)
+            self.entries[header.producer_id] = entry
+        entry.batches.append(BatchMeta(
+            header.base_sequence, _seq_add(header.base_sequence, header.last_offset_delta),
+            base_offset, base_offset + header.last_offset_delta,
+        ))
+        return entry

@@ -1,0 +1,233 @@
+"""Reading committed data of one partition: segment cache, index cache, ranged GETs, read-ahead.
+
+Small segments are fetched whole (one GET, CRC-checked, cached) and the next ones are prefetched,
+which is what a catching-up consumer wants. Segments too big to cache are read by ranged GETs
+located through their sparse index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafscale.storage import keys as object_keys
+from kafscale.storage.batch import BatchHeader, check_crc, read_header, split_batches
+from kafscale.storage.cache import ByteLRU
+from kafscale.storage.index import SegmentIndex
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, SegmentReader
+
+if TYPE_CHECKING:
+    from kafscale.actors.partition_owner import PartitionOwner
+
+log = logging.getLogger(__name__)
+
+RANGED_READ_MIN = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMeta:
+    """What the metadata store records for each committed segment."""
+
+    base: int
+    last: int
+    size: int
+    records: int
+    min_ts: int
+    max_ts: int
+    crc: int
+    created_ms: int
+
+    def to_value(self) -> dict[str, int]:
+        return {"base": self.base, "last": self.last, "size": self.size, "records": self.records,
+                "min_ts": self.min_ts, "max_ts": self.max_ts, "crc": self.crc, "created_ms": self.created_ms}
+
+    @classmethod
+    def from_value(cls, v: dict[str, Any]) -> SegmentMeta:
+        return cls(v["base"], v["last"], v["size"], v["records"], v["min_ts"], v["max_ts"], v["crc"],
+                   v["created_ms"])
+
+    @classmethod
+    def from_info(cls, info: Any) -> SegmentMeta:
+        return cls(info.base_offset, info.last_offset, info.size, info.record_count, info.min_timestamp,
+                   info.max_timestamp, info.crc, info.created_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class CachedSegment:
+    data: bytes
+    bases: list[int]  # base offset of each batch
+    positions: list[int]  # byte position of each batch in data
+    headers: list[BatchHeader]
+
+    @classmethod
+    def parse(cls, data: bytes, key: str, verify: bool) -> CachedSegment:
+        if verify:
+            SegmentReader(data, key=key, verify=True)  # header, footer, every CRC
+        region = memoryview(data)[SEGMENT_HEADER_SIZE:len(data) - SEGMENT_FOOTER_SIZE]
+        found = split_batches(region, verify_crc=False, key=key, base_position=SEGMENT_HEADER_SIZE)
+        return cls(data, [h.base_offset for _, h in found], [p + SEGMENT_HEADER_SIZE for p, _ in found],
+                   [h for _, h in found])
+
+    def slice_from(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one holding `offset`; at least one batch, as Kafka does."""
+        i = max(bisect.bisect_right(self.bases, offset) - 1, 0)
+        start = self.positions[i]
+        end = start
+        while i < len(self.headers):
+            size = self.headers[i].size
+            if end > start and end - start + size > max_bytes:
+                break
+            end += size
+            i += 1
+        return self.data[start:end]
+
+
+class ReadPath:
+    def __init__(self, owner: PartitionOwner, cache: ByteLRU) -> None:
+        self.owner = owner
+        self.cache = cache
+        self._inflight: dict[int, asyncio.Task[CachedSegment]] = {}
+
+    def _key(self, base: int) -> tuple[str, str, int, int]:
+        return ("seg", self.owner.topic, self.owner.partition, base)
+
+    def _object_key(self, base: int) -> str:
+        o = self.owner
+        return object_keys.segment_key(o.settings.namespace, o.topic, o.partition, base)
+
+    def _index_key(self, base: int) -> str:
+        o = self.owner
+        return object_keys.index_key(o.settings.namespace, o.topic, o.partition, base)
+
+    def cache_built(self, meta: SegmentMeta, data: bytes) -> None:
+        """Write-through after a flush: the tail a live consumer asks for next is already here."""
+        seg = CachedSegment.parse(data, self._object_key(meta.base), verify=False)
+        self.cache.put(self._key(meta.base), seg, len(data))
+
+    def _whole_segments(self, meta: SegmentMeta) -> bool:
+        return meta.size <= max(self.cache.capacity // 8, 1)
+
+    async def read(self, offset: int, max_bytes: int) -> bytes:
+        """Committed record batches starting at the batch that holds `offset` (caller checked bounds)."""
+        meta = self.owner.segment_for(offset)
+        if meta is None:
+            return b""
+        offset = max(offset, meta.base)
+        if self._whole_segments(meta):
+            seg = await self._load(meta)
+            self._read_ahead(meta)
+            return seg.slice_from(offset, max_bytes)
+        return await self._ranged(meta, offset, max_bytes)
+
+    async def _load(self, meta: SegmentMeta) -> CachedSegment:
+        cached = self.cache.get(self._key(meta.base))
+        if cached is not None:
+            return cached
+        task = self._inflight.get(meta.base)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._fetch_whole(meta))
+            self._inflight[meta.base] = task
+            task.add_done_callback(lambda _t, b=meta.base: self._inflight.pop(b, None))
+        return await asyncio.shield(task)
+
+    async def _fetch_whole(self, meta: SegmentMeta) -> CachedSegment:
+        key = self._object_key(meta.base)
+        data = await self.owner.objects.get(key)
+        seg = await asyncio.get_running_loop().run_in_executor(None, CachedSegment.parse, data, key, True)
+        self.cache.put(self._key(meta.base), seg, len(data))
+        return seg
+
+    def _read_ahead(self, meta: SegmentMeta) -> None:
+        segments = self.owner.segments
+        i = bisect.bisect_left([s.base for s in segments], meta.base)
+        for nxt in segments[i + 1 : i + 1 + self.owner.settings.readahead_segments]:
+            if self._key(nxt.base) not in self.cache and nxt.base not in self._inflight:
+                task = asyncio.get_running_loop().create_task(self._fetch_whole(nxt))
+                self._inflight[nxt.base] = task
+                task.add_done_callback(self._readahead_done(nxt.base))
+
+    def _readahead_done(self, base: int) -> Any:
+        def done(task: asyncio.Task[CachedSegment]) -> None:
+            self._inflight.pop(base, None)
+            if not task.cancelled() and task.exception() is not None:
+                log.debug("read-ahead of segment %d failed: %s", base, task.exception())
+        return done
+
+    async def index(self, meta: SegmentMeta) -> SegmentIndex:
+        key = ("idx", self.owner.topic, self.owner.partition, meta.base)
+        cached = self.cache.get(key)
+        if cached is None:
+            raw = await self.owner.objects.get(self._index_key(meta.base))
+            cached = SegmentIndex.parse(raw, key=self._index_key(meta.base))
+            self.cache.put(key, cached, len(raw) + 64)
+        return cached
+
+    async def _ranged(self, meta: SegmentMeta, offset: int, max_bytes: int) -> bytes:
+        index = await self.index(meta)
+        key = self._object_key(meta.base)
+        end_of_batches = meta.size - SEGMENT_FOOTER_SIZE
+        pos = index.position_for(offset)
+        want = max(max_bytes, RANGED_READ_MIN)
+        out = bytearray()
+        while pos < end_of_batches:
+            chunk = await self.owner.objects.get_range(key, pos, min(want, end_of_batches - pos))
+            view = memoryview(chunk)
+            at = 0
+            while at + 12 <= len(view):
+                length = int.from_bytes(view[at + 8 : at + 12], "big")
+                size = length + 12
+                if at + size > len(view):
+                    break
+                header = read_header(view, at, key=key)
+                check_crc(view, at, header, key=key)
+                if header.last_offset >= offset:
+                    if out and len(out) + size > max_bytes:
+                        return bytes(out)
+                    out += view[at : at + size]
+                at += size
+            if out and (len(out) >= max_bytes or at == 0):
+                return bytes(out)
+            if at == 0:
+                # One batch larger than what we asked for: ask for exactly that batch.
+                length = int.from_bytes(view[8:12], "big")
+                want = length + 12
+                continue
+            pos += at
+            if out:
+                return bytes(out)
+        return bytes(out)
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= timestamp_ms."""
+        from aiokafka.record.default_records import DefaultRecordBatch
+
+        for meta in self.owner.segments:
+            if meta.max_ts < timestamp_ms or meta.last < self.owner.log_start_offset:
+                continue
+            seg = await self._load(meta)
+            for pos, header in zip(seg.positions, seg.headers, strict=True):
+                if header.max_timestamp < timestamp_ms or header.last_offset < self.owner.log_start_offset:
+                    continue
+                batch = DefaultRecordBatch(seg.data[pos : pos + header.size])
+                for record in batch:
+                    if record.timestamp >= timestamp_ms and record.offset >= self.owner.log_start_offset:
+                        return record.offset, record.timestamp
+        return None
+
+    async def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        best: tuple[int, int] | None = None
+        for meta in self.owner.segments:
+            if best is None or meta.max_ts > best[1]:
+                best = (meta.base, meta.max_ts)
+        if best is None:
+            return None
+        found = await self.offset_for_timestamp(best[1])
+        return found
+
+    def forget(self) -> None:
+        o = self.owner
+        self.cache.discard_where(lambda k: k[1] == o.topic and k[2] == o.partition)

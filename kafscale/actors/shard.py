@@ -1,0 +1,304 @@
+"""A broker shard: one acceptor plus the partition owners it hosts, all on one asyncio loop.
+
+`ShardCore` is plain Python (the tests drive it directly); `ShardActor` (kafscale.actors.shard_actor)
+hosts it in a Ray worker process. Requests for partitions owned by another shard are forwarded to
+that shard through Ray: slower, still correct.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.acceptor.listener import Listener
+from kafscale.acceptor.router import Router
+from kafscale.actors.partition_owner import FencedError, OwnerSettings, PartitionError, PartitionOwner
+from kafscale.cluster import keys
+from kafscale.cluster.topics import TopicInfo, TopicRegistry
+from kafscale.config import BrokerConfig
+from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.cache import ByteLRU
+from kafscale.storage.health import HealthState, HealthThresholds, HealthTracker
+from kafscale.storage.metadata_store import Compare, MetadataStore, MetadataStoreError, Put
+from kafscale.storage.object_store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardAddress:
+    id: int
+    host: str
+    port: int
+
+
+# A forwarder sends a call to another shard: (shard_id, method name, args) -> result.
+Forwarder = Callable[[int, str, tuple[Any, ...]], Awaitable[Any]]
+
+
+class ShardCore:
+    def __init__(
+        self,
+        shard_id: int,
+        config: BrokerConfig,
+        *,
+        meta: MetadataStore,
+        objects: ObjectStore,
+        shards: list[ShardAddress] | None = None,
+        forward: Forwarder | None = None,
+    ) -> None:
+        self.shard_id = shard_id
+        self.config = config
+        self.meta = meta
+        thresholds = HealthThresholds(
+            degraded_latency_ms=config.s3_degraded_latency_ms,
+            unavailable_latency_ms=config.s3_unavailable_latency_ms,
+            degraded_error_rate=config.s3_degraded_error_rate,
+            unavailable_error_rate=config.s3_unavailable_error_rate,
+            window_s=config.s3_health_window_s,
+        )
+        self.objects = AsyncObjectStore(objects, health=HealthTracker(thresholds))
+        self.cache = ByteLRU(config.cache_bytes)
+        self.topics = TopicRegistry(meta)
+        self.topics.listeners.append(self._topic_changed)
+        self.shards = shards or []
+        self.forward = forward
+        self.owners: dict[tuple[str, int], PartitionOwner] = {}
+        self._opening: dict[tuple[str, int], asyncio.Task[PartitionOwner]] = {}
+        self.cluster_id = ""
+        self.router = Router()
+        host, port = config.listen_host_port()
+        if self.shards:
+            port = self.shards[shard_id].port
+        self.listener = Listener(self.router, host, port, max_frame_bytes=config.max_frame_bytes,
+                                 advertised_host=config.advertised_host or None)
+        self.owner_settings = OwnerSettings(
+            namespace=config.s3_namespace, segment_bytes=config.segment_bytes,
+            flush_interval_ms=config.flush_interval_ms, index_interval_bytes=config.index_interval_bytes,
+            max_pending_bytes=config.max_pending_bytes, readahead_segments=config.readahead_segments,
+        )
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> ShardAddress:
+        from kafscale.acceptor.apis.registry import register_all
+
+        self.cluster_id = await self._cluster_id()
+        await self.topics.start()
+        register_all(self.router, self)
+        await self.listener.start()
+        if not self.shards:
+            # Single-shard use (tests, one process): this shard is the whole cluster.
+            self.shards = [ShardAddress(self.shard_id, self.advertised_host(), self.listener.port)]
+        log.info("shard %d listening on %s:%d", self.shard_id, self.listener.host, self.listener.port)
+        return ShardAddress(self.shard_id, self.advertised_host(), self.listener.port)
+
+    def advertised_host(self) -> str:
+        return self.config.advertised_host or self.listener.host
+
+    async def stop(self) -> None:
+        """Stop accepting, flush every owner, release ownership."""
+        await self.listener.stop()
+        await asyncio.gather(*(o.close(flush=True) for o in self.owners.values()), return_exceptions=True)
+        self.owners.clear()
+        await self.topics.stop()
+        self.objects.close()
+
+    async def _cluster_id(self) -> str:
+        import uuid
+
+        kv = await self.meta.get(keys.CLUSTER)
+        if kv is None:
+            await self.meta.txn([Compare(keys.CLUSTER, "version", "==", 0)],
+                                [Put(keys.CLUSTER, {"cluster_id": uuid.uuid4().hex[:22]})])
+            kv = await self.meta.get(keys.CLUSTER)
+        assert kv is not None
+        return str(kv.value["cluster_id"])
+
+    def _topic_changed(self, name: str, info: TopicInfo | None) -> None:
+        """A deleted (or re-created) topic: its owners here stop, their cache entries go."""
+        for (topic, partition), owner in list(self.owners.items()):
+            if topic == name and (info is None or partition >= info.partitions
+                                  or info.placement[partition] != self.shard_id):
+                self.owners.pop((topic, partition), None)
+                owner.reader.forget()
+                asyncio.get_running_loop().create_task(owner.close(flush=False))
+
+    # ---------------------------------------------------------------- ownership
+
+    def leader_of(self, info: TopicInfo, partition: int) -> int:
+        return info.placement[partition] % max(len(self.shards), 1)
+
+    def is_local(self, info: TopicInfo, partition: int) -> bool:
+        return self.leader_of(info, partition) == self.shard_id or self.forward is None
+
+    async def owner(self, topic: str, partition: int) -> PartitionOwner:
+        """The local owner, opened (state recovered, epoch taken) on first use."""
+        key = (topic, partition)
+        owner = self.owners.get(key)
+        if owner is not None and not owner.fenced:
+            return owner
+        task = self._opening.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open_owner(topic, partition))
+            self._opening[key] = task
+            task.add_done_callback(lambda _t: self._opening.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def _open_owner(self, topic: str, partition: int) -> PartitionOwner:
+        old = self.owners.pop((topic, partition), None)
+        if old is not None:
+            await old.close(flush=False)
+        owner = PartitionOwner(topic, partition, shard_id=self.shard_id, meta=self.meta, objects=self.objects,
+                               cache=self.cache, settings=self.owner_settings,
+                               topic_config=lambda: self._topic_configs(topic))
+        await owner.open()
+        self.owners[(topic, partition)] = owner
+        return owner
+
+    def _topic_configs(self, topic: str) -> dict[str, Any]:
+        info = self.topics.topics.get(topic)
+        return info.configs if info else {}
+
+    # ---------------------------------------------------------------- partition operations
+    # Each returns plain values so the same call works locally and forwarded through Ray.
+
+    async def produce(self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> dict[str, Any]:
+        info = await self.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return {"error": int(ErrorCode.unknown_topic_or_partition)}
+        if not self.is_local(info, partition):
+            return await self._forward(self.leader_of(info, partition), "produce",
+                                       (topic, partition, records, acks, timeout_ms))
+        try:
+            owner = await self.owner(topic, partition)
+        except (MetadataStoreError, FencedError, OSError) as e:
+            log.warning("cannot open %s-%d: %s", topic, partition, e)
+            return {"error": int(ErrorCode.not_leader_or_follower)}
+        outcome = await owner.append(records, acks=acks)
+        result = {"error": int(outcome.error), "base_offset": outcome.base_offset,
+                  "log_append_time": outcome.log_append_time, "log_start_offset": outcome.log_start_offset,
+                  "message": outcome.message}
+        if outcome.durable is not None and acks == -1:
+            try:
+                await asyncio.wait_for(asyncio.shield(outcome.durable), timeout=max(timeout_ms, 1) / 1000)
+            except TimeoutError:
+                result["error"] = int(ErrorCode.request_timed_out)
+            except PartitionError as e:
+                result["error"] = int(e.code)
+        return result
+
+    async def fetch(self, parts: list[tuple[str, int, int, int]], max_wait_ms: int, min_bytes: int,
+                    max_bytes: int) -> list[dict[str, Any]]:
+        """Long-poll read of (topic, partition, offset, partition_max_bytes) items, in request order."""
+        results: list[dict[str, Any] | None] = [None] * len(parts)
+        local: list[int] = []
+        remote: dict[int, list[int]] = {}
+        for i, (topic, partition, _, _) in enumerate(parts):
+            info = await self.topics.get(topic)
+            if info is None or not 0 <= partition < info.partitions:
+                results[i] = {"error": int(ErrorCode.unknown_topic_or_partition), "hwm": -1, "log_start": -1}
+            elif self.is_local(info, partition):
+                local.append(i)
+            else:
+                remote.setdefault(self.leader_of(info, partition), []).append(i)
+
+        remote_calls = {
+            shard: asyncio.ensure_future(self._forward(shard, "fetch", ([parts[i] for i in idx], max_wait_ms,
+                                                                        min_bytes, max_bytes)))
+            for shard, idx in remote.items()
+        }
+        owners: dict[int, PartitionOwner] = {}
+        for i in local:
+            try:
+                owners[i] = await self.owner(parts[i][0], parts[i][1])
+            except (MetadataStoreError, FencedError, OSError):
+                results[i] = {"error": int(ErrorCode.not_leader_or_follower), "hwm": -1, "log_start": -1}
+        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+        event = asyncio.Event()
+        for o in owners.values():
+            o.add_data_waiter(event)
+        try:
+            while True:
+                event.clear()
+                budget = max_bytes
+                total = 0
+                for i, o in owners.items():
+                    r = await self._read_one(o, parts[i][2], min(parts[i][3], max(budget, 1)), first=total == 0)
+                    results[i] = r
+                    n = len(r.get("records") or b"")
+                    total += n
+                    budget -= n
+                now = asyncio.get_running_loop().time()
+                if total >= min_bytes or now >= deadline or not owners or any(
+                        r is not None and r["error"] for r in (results[i] for i in owners)):
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout=deadline - now)
+        finally:
+            for o in owners.values():
+                o.remove_data_waiter(event)
+        for shard, call in remote_calls.items():
+            try:
+                answers = await call
+            except Exception as e:
+                log.warning("forwarded fetch to shard %d failed: %s", shard, e)
+                answers = [{"error": int(ErrorCode.not_leader_or_follower), "hwm": -1, "log_start": -1}] * len(
+                    remote[shard])
+            for i, answer in zip(remote[shard], answers, strict=True):
+                results[i] = answer
+        return [r if r is not None else {"error": int(ErrorCode.unknown_server_error), "hwm": -1,
+                                         "log_start": -1} for r in results]
+
+    async def _read_one(self, owner: PartitionOwner, offset: int, max_bytes: int, first: bool) -> dict[str, Any]:
+        base = {"hwm": owner.high_watermark, "log_start": owner.log_start_offset}
+        if owner.fenced or owner.closed:
+            return {"error": int(ErrorCode.not_leader_or_follower), **base}
+        if offset < owner.log_start_offset or offset > owner.high_watermark:
+            return {"error": int(ErrorCode.offset_out_of_range), **base}
+        if offset == owner.high_watermark:
+            return {"error": 0, "records": b"", **base}
+        if owner.objects.state() == HealthState.UNAVAILABLE:
+            return {"error": int(ErrorCode.kafka_storage_error), **base}
+        try:
+            records = await owner.reader.read(offset, max_bytes if not first else max(max_bytes, 1))
+        except Exception as e:
+            log.warning("read of %s-%d at %d failed: %s", owner.topic, owner.partition, offset, e)
+            return {"error": int(ErrorCode.kafka_storage_error), **base}
+        return {"error": 0, "records": records, **base}
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+        info = await self.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return {"error": int(ErrorCode.unknown_topic_or_partition), "offset": -1, "timestamp": -1}
+        if not self.is_local(info, partition):
+            return await self._forward(self.leader_of(info, partition), "list_offset", (topic, partition, timestamp))
+        try:
+            owner = await self.owner(topic, partition)
+        except (MetadataStoreError, FencedError, OSError):
+            return {"error": int(ErrorCode.not_leader_or_follower), "offset": -1, "timestamp": -1}
+        if timestamp == -1:
+            return {"error": 0, "offset": owner.high_watermark, "timestamp": -1}
+        if timestamp == -2:
+            return {"error": 0, "offset": owner.log_start_offset, "timestamp": -1}
+        try:
+            if timestamp == -3:
+                found = await owner.reader.max_timestamp_offset()
+            else:
+                found = await owner.reader.offset_for_timestamp(timestamp)
+        except Exception as e:
+            log.warning("timestamp lookup on %s-%d failed: %s", topic, partition, e)
+            return {"error": int(ErrorCode.kafka_storage_error), "offset": -1, "timestamp": -1}
+        if found is None:
+            return {"error": 0, "offset": -1 if timestamp >= 0 else owner.high_watermark, "timestamp": -1}
+        return {"error": 0, "offset": found[0], "timestamp": found[1]}
+
+    async def _forward(self, shard: int, method: str, args: tuple[Any, ...]) -> Any:
+        assert self.forward is not None
+        return await self.forward(shard, method, args)

@@ -1,0 +1,56 @@
+"""The metadata store's key schema (relative to the store's prefix, e.g. /kafscale/ in etcd).
+
+cluster                                     {cluster_id, created_ms}
+shards/{id}                                 {host, port, started_ms}            (lease-bound)
+topics/{name}                               {id, partitions, configs, created_ms, placement: [shard, ...]}
+partitions/{topic}/{p}/owner                {epoch, shard}                      fencing token
+partitions/{topic}/{p}/state                {next_offset, log_start_offset, epoch}
+partitions/{topic}/{p}/segments/{base:020d} {base, last, size, records, min_ts, max_ts, crc, created_ms}
+partitions/{topic}/{p}/producers/{pid}      {epoch, batches: [[first_seq, last_seq, base, last], ...]}
+producer_ids/next                           next free producer id
+"""
+
+from __future__ import annotations
+
+CLUSTER = "cluster"
+PRODUCER_ID_NEXT = "producer_ids/next"
+TOPICS = "topics/"
+SHARDS = "shards/"
+
+
+def topic(name: str) -> str:
+    return f"topics/{name}"
+
+
+def shard(shard_id: int) -> str:
+    return f"shards/{shard_id}"
+
+
+def partition_prefix(topic_name: str, partition: int | None = None) -> str:
+    if partition is None:
+        return f"partitions/{topic_name}/"
+    return f"partitions/{topic_name}/{partition}/"
+
+
+def owner(topic_name: str, partition: int) -> str:
+    return partition_prefix(topic_name, partition) + "owner"
+
+
+def state(topic_name: str, partition: int) -> str:
+    return partition_prefix(topic_name, partition) + "state"
+
+
+def segments(topic_name: str, partition: int) -> str:
+    return partition_prefix(topic_name, partition) + "segments/"
+
+
+def segment(topic_name: str, partition: int, base_offset: int) -> str:
+    return f"{segments(topic_name, partition)}{base_offset:020d}"
+
+
+def producers(topic_name: str, partition: int) -> str:
+    return partition_prefix(topic_name, partition) + "producers/"
+
+
+def producer(topic_name: str, partition: int, producer_id: int) -> str:
+    return f"{producers(topic_name, partition)}{producer_id}"

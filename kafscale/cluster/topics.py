@@ -1,0 +1,150 @@
+"""Topic registry: every shard's view of topics/{name}, kept current by a watch on the metadata store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafscale.cluster import keys
+from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
+
+log = logging.getLogger(__name__)
+
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+def topic_name_problem(name: str | None) -> str | None:
+    """Kafka's topic name rules; None when the name is legal."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name {name!r} is not allowed"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"topic name is longer than {MAX_TOPIC_NAME} characters"
+    if not _LEGAL.match(name):
+        return f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def place(topic: str, partitions: int, shards: int, first: int = 0) -> list[int]:
+    """Spread a topic's partitions over shards, starting at a topic-dependent shard."""
+    start = zlib.crc32(topic.encode()) % shards
+    return [(start + first + p) % shards for p in range(partitions)]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    id: uuid.UUID
+    partitions: int
+    placement: list[int]
+    configs: dict[str, Any] = field(default_factory=dict)
+    created_ms: int = 0
+
+    def to_value(self) -> dict[str, Any]:
+        return {"id": str(self.id), "partitions": self.partitions, "placement": self.placement,
+                "configs": self.configs, "created_ms": self.created_ms}
+
+    @classmethod
+    def from_value(cls, name: str, v: dict[str, Any]) -> TopicInfo:
+        return cls(name, uuid.UUID(v["id"]), int(v["partitions"]), list(v["placement"]),
+                   dict(v.get("configs", {})), int(v.get("created_ms", 0)))
+
+
+class TopicExistsError(Exception):
+    pass
+
+
+class TopicRegistry:
+    def __init__(self, meta: MetadataStore) -> None:
+        self.meta = meta
+        self.topics: dict[str, TopicInfo] = {}
+        self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        self.listeners: list[Any] = []  # callables(name, TopicInfo | None) on every change
+        self._watch: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        revision = await self.meta.revision()
+        for kv in await self.meta.range(keys.TOPICS):
+            self._set(kv.key[len(keys.TOPICS):], kv.value)
+        self._watch = asyncio.get_running_loop().create_task(self._follow(revision + 1))
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch
+
+    async def _follow(self, revision: int) -> None:
+        while True:
+            try:
+                async for event in self.meta.watch(keys.TOPICS, start_revision=revision):
+                    revision = event.mod_revision + 1
+                    self._set(event.key[len(keys.TOPICS):], event.value if event.type == "put" else None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the store will come back; resync then
+                log.warning("topic watch interrupted: %s", e)
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(Exception):
+                    for kv in await self.meta.range(keys.TOPICS):
+                        self._set(kv.key[len(keys.TOPICS):], kv.value)
+                    revision = await self.meta.revision() + 1
+
+    def _set(self, name: str, value: dict[str, Any] | None) -> None:
+        old = self.topics.pop(name, None)
+        if old is not None:
+            self.by_id.pop(old.id, None)
+        info = TopicInfo.from_value(name, value) if value is not None else None
+        if info is not None:
+            self.topics[name] = info
+            self.by_id[info.id] = info
+        if old != info:
+            for listener in self.listeners:
+                listener(name, info)
+
+    async def get(self, name: str) -> TopicInfo | None:
+        """Local view first; a miss asks the store, since a watch event may still be on its way."""
+        info = self.topics.get(name)
+        if info is None:
+            kv = await self.meta.get(keys.topic(name))
+            if kv is not None:
+                self._set(name, kv.value)
+                info = self.topics.get(name)
+        return info
+
+    async def create(self, name: str, partitions: int, shards: int, configs: dict[str, Any] | None = None,
+                     validate_only: bool = False) -> TopicInfo:
+        info = TopicInfo(name, uuid.uuid4(), partitions, place(name, partitions, shards), dict(configs or {}),
+                         int(time.time() * 1000))
+        if validate_only:
+            if await self.get(name) is not None:
+                raise TopicExistsError(name)
+            return info
+        result = await self.meta.txn([Compare(keys.topic(name), "version", "==", 0)],
+                                     [Put(keys.topic(name), info.to_value())])
+        if not result.succeeded:
+            raise TopicExistsError(name)
+        self._set(name, info.to_value())
+        return info
+
+    async def update(self, info: TopicInfo) -> None:
+        await self.meta.put(keys.topic(info.name), info.to_value())
+        self._set(info.name, info.to_value())
+
+    async def delete(self, name: str) -> bool:
+        result = await self.meta.txn(
+            [Compare(keys.topic(name), "version", ">", 0)],
+            [Delete(keys.topic(name)), Delete(keys.partition_prefix(name), prefix=True)],
+        )
+        if result.succeeded:
+            self._set(name, None)
+        return result.succeeded

@@ -1,0 +1,161 @@
+"""Broker settings: one dataclass, filled from defaults < config file < environment < command line.
+
+Every setting is a `kafscale serve` flag (`--flush-interval-ms`), an environment variable
+(`KAFSCALE_FLUSH_INTERVAL_MS`) and a key of the optional YAML config file (`flush_interval_ms`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A setting has a value the broker cannot use; the message names the setting."""
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    listen: str = field(default="127.0.0.1:9092", metadata={"help": "HOST:PORT of the first shard"})
+    advertised_host: str = field(default="", metadata={"help": "host clients are told to connect to"})
+    shard_ports: str = field(default="", metadata={"help": "comma-separated ports, one per shard"})
+    data_dir: str = field(default="./data", metadata={"help": "embedded stores live here"})
+    s3_endpoint: str = field(default="", metadata={"help": "S3 endpoint URL (empty: AWS)"})
+    s3_bucket: str = field(default="", metadata={"help": "S3 bucket; empty = embedded object store"})
+    s3_region: str = field(default="us-east-1", metadata={"help": "S3 region"})
+    s3_namespace: str = field(default="default", metadata={"help": "key prefix inside the bucket"})
+    s3_access_key: str = field(default="", metadata={"help": "S3 access key (else AWS chain)"})
+    s3_secret_key: str = field(default="", metadata={"help": "S3 secret key"})
+    s3_create_bucket: bool = field(default=True, metadata={"help": "create the bucket if missing"})
+    etcd_endpoints: str = field(default="", metadata={"help": "comma-separated; empty = embedded"})
+    etcd_prefix: str = field(default="/kafscale/", metadata={"help": "key prefix in etcd"})
+    shards: int = field(default=0, metadata={"help": "number of broker shards (0 = CPU count)"})
+    partitions_per_shard: int = field(default=0, metadata={"help": "informational placement hint"})
+    flush_interval_ms: int = field(default=50, metadata={"help": "max time a record waits to flush"})
+    segment_bytes: int = field(default=4 * 1024 * 1024, metadata={"help": "flush when buffer reaches"})
+    index_interval_bytes: int = field(default=4096, metadata={"help": "sparse index spacing"})
+    cache_bytes: int = field(default=256 * 1024 * 1024, metadata={"help": "segment cache per shard"})
+    readahead_segments: int = field(default=1, metadata={"help": "segments prefetched after a miss"})
+    max_frame_bytes: int = field(default=100 * 1024 * 1024, metadata={"help": "largest request"})
+    auto_create_topics: bool = field(default=True, metadata={"help": "create topics on first use"})
+    default_partitions: int = field(default=1, metadata={"help": "partitions of auto-created topics"})
+    max_pending_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "per-partition unflushed"})
+    s3_degraded_latency_ms: int = field(default=500, metadata={"help": "S3 health: degraded above"})
+    s3_unavailable_latency_ms: int = field(default=3000, metadata={"help": "S3 health: unavailable"})
+    s3_degraded_error_rate: float = field(default=0.2, metadata={"help": "S3 health: degraded above"})
+    s3_unavailable_error_rate: float = field(default=0.6, metadata={"help": "S3 health: unavailable"})
+    s3_health_window_s: float = field(default=30.0, metadata={"help": "S3 health sliding window"})
+    ray_address: str = field(default="", metadata={"help": "join this Ray cluster (else start one)"})
+    log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
+    log_json: bool = field(default=False, metadata={"help": "structured JSON logs"})
+
+    def listen_host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"listen: expected HOST:PORT, got {self.listen!r}")
+        return host, int(port)
+
+    def shard_count(self) -> int:
+        return self.shards if self.shards > 0 else (os.cpu_count() or 1)
+
+    def shard_port_list(self) -> list[int]:
+        """Port of each shard: explicit list, else the following ports after --listen's."""
+        _, first = self.listen_host_port()
+        n = self.shard_count()
+        if self.shard_ports:
+            ports = [int(p) for p in self.shard_ports.split(",") if p.strip()]
+            if len(ports) != n:
+                raise ConfigError(f"shard_ports: {len(ports)} ports given for {n} shards")
+            return ports
+        if first == 0:
+            return [0] * n
+        return [first + i for i in range(n)]
+
+    def etcd_endpoint_list(self) -> list[str]:
+        return [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]
+
+    def validate(self) -> BrokerConfig:
+        self.listen_host_port()
+        for name in ("flush_interval_ms", "segment_bytes", "cache_bytes", "max_frame_bytes", "default_partitions"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be positive, got {getattr(self, name)}")
+        if self.shards < 0:
+            raise ConfigError(f"shards: must be >= 0, got {self.shards}")
+        return self
+
+
+def _coerce(name: str, kind: type, raw: Any) -> Any:
+    if isinstance(raw, kind) and not (kind is int and isinstance(raw, bool)):
+        return raw
+    text = str(raw).strip()
+    try:
+        if kind is bool:
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{name}: cannot read {raw!r} as {kind.__name__}") from None
+
+
+_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _field_types() -> dict[str, type]:
+    return {f.name: _TYPES[f.type] if isinstance(f.type, str) else f.type for f in fields(BrokerConfig)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting; defaults are None so that only flags actually given override."""
+    parser.add_argument("--config", help="YAML file with settings (keys as the flags, with underscores)")
+    for f in fields(BrokerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = _field_types()[f.name]
+        env = "KAFSCALE_" + f.name.upper()
+        help_text = f"{f.metadata.get('help', '')} [env {env}; default {f.default!r}]"
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
+                                help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, help=help_text)
+
+
+def load(args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> BrokerConfig:
+    """Precedence, lowest to highest: defaults, config file, KAFSCALE_* environment, command line."""
+    environ = dict(os.environ if environ is None else environ)
+    types = _field_types()
+    values: dict[str, Any] = {}
+    config_path = getattr(args, "config", None) or environ.get("KAFSCALE_CONFIG")
+    if config_path:
+        path = Path(config_path)
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"config: cannot read {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config: {path} is not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config: {path} must hold a mapping of settings")
+        for key, raw in loaded.items():
+            name = str(key).replace("-", "_")
+            if name not in types:
+                raise ConfigError(f"config: unknown setting {key!r} in {path}")
+            values[name] = _coerce(name, types[name], raw)
+    for name, kind in types.items():
+        env = "KAFSCALE_" + name.upper()
+        if env in environ:
+            values[name] = _coerce(env, kind, environ[env])
+    if args is not None:
+        for name, kind in types.items():
+            raw = getattr(args, name, None)
+            if raw is not None:
+                values[name] = _coerce("--" + name.replace("_", "-"), kind, raw)
+    return dataclasses.replace(BrokerConfig(), **values).validate()

@@ -1,0 +1,69 @@
+"""`kafscale serve`: start (or join) Ray, bring up the controller and its shards, run until signalled."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+
+from kafscale.config import BrokerConfig
+
+log = logging.getLogger("kafscale.serve")
+RAY_NAMESPACE = "kafscale"
+
+
+def _start_ray(config: BrokerConfig) -> bool:
+    """Join the configured cluster, or start a private local one bound to 127.0.0.1. True if we started it."""
+    import ray
+
+    if config.ray_address:
+        ray.init(address=config.ray_address, namespace=RAY_NAMESPACE, log_to_driver=True)
+        return False
+    # Ray binds to the external interface unless both of these are set (see docs/operations.md).
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(_node_ip_address="127.0.0.1", namespace=RAY_NAMESPACE, include_dashboard=False,
+             log_to_driver=True, configure_logging=False)
+    return True
+
+
+def serve(config: BrokerConfig) -> int:
+    import ray
+
+    from kafscale.actors.controller import CONTROLLER_NAME, Controller
+
+    # Ray workers do not share our working directory: hand them absolute paths.
+    config = dataclasses.replace(config, data_dir=str(Path(config.data_dir).resolve()))
+    if not config.s3_bucket or not config.etcd_endpoints:
+        Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+    started_ray = _start_ray(config)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    controller = None
+    try:
+        controller = Controller.options(name=CONTROLLER_NAME, namespace=RAY_NAMESPACE).remote(
+            dataclasses.asdict(config), RAY_NAMESPACE)
+        addresses = ray.get(controller.start.remote())
+        for shard_id, host, port in addresses:
+            log.info("shard %d listening on %s:%d", shard_id, host, port)
+        stores = ("etcd " + config.etcd_endpoints) if config.etcd_endpoints else f"embedded in {config.data_dir}"
+        objects = f"s3://{config.s3_bucket}/{config.s3_namespace}" if config.s3_bucket else f"{config.data_dir}/objects"
+        log.info("ready: %d shards, metadata %s, objects %s", len(addresses), stores, objects)
+        while not stop.wait(0.5):
+            pass
+        log.info("stopping: flushing partitions")
+        ray.get(controller.stop.remote(), timeout=60)
+        log.info("stopped")
+        return 0
+    finally:
+        if controller is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(controller)
+        if started_ray:
+            ray.shutdown()

@@ -1,0 +1,67 @@
+"""Asyncio face of a blocking ObjectStore: a bounded thread pool, timing and health for every call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from kafscale.storage.health import HealthState, HealthTracker
+from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore
+
+T = TypeVar("T")
+
+
+class AsyncObjectStore:
+    def __init__(self, store: ObjectStore, *, max_workers: int = 16, health: HealthTracker | None = None) -> None:
+        self.store = store
+        self.health = health or HealthTracker()
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="objstore")
+
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+        loop = asyncio.get_running_loop()
+        start = time.monotonic()
+        try:
+            result = await loop.run_in_executor(self._pool, fn, *args)
+        except ObjectNotFoundError:
+            # A missing key is an answer, not a sign of a sick store.
+            self.health.record(time.monotonic() - start, True)
+            raise
+        except Exception:
+            self.health.record(time.monotonic() - start, False)
+            raise
+        self.health.record(time.monotonic() - start, True)
+        return result
+
+    def state(self) -> HealthState:
+        return self.health.state()
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._call(self.store.put, key, data)
+
+    async def put_if_absent(self, key: str, data: bytes) -> bool:
+        return await self._call(self.store.put_if_absent, key, data)
+
+    async def get(self, key: str) -> bytes:
+        return await self._call(self.store.get, key)
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        return await self._call(self.store.get_range, key, start, length)
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        return await self._call(self.store.head, key)
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        return await self._call(lambda: list(self.store.list(prefix)))
+
+    async def delete(self, key: str) -> None:
+        await self._call(self.store.delete, key)
+
+    async def delete_many(self, keys: list[str]) -> None:
+        await self._call(self.store.delete_many, keys)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.store.close()

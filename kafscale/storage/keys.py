@@ -1,0 +1,95 @@
+"""Object keys of segments and indexes: ``{namespace}/{topic}/{partition}/segment-{base:020d}.kfs|.index``.
+
+The base offset is zero-padded to 20 digits so that a lexicographic listing (what S3's ListObjectsV2
+returns) is also offset order. Builders reject names that would not parse back, so every key we write
+can be recognised again when a partition is recovered from a listing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, NamedTuple
+
+__all__ = [
+    "SegmentKey",
+    "index_key",
+    "parse_segment_key",
+    "partition_prefix",
+    "segment_key",
+]
+
+SEGMENT_SUFFIX = "kfs"
+INDEX_SUFFIX = "index"
+
+# Kafka's legal topic characters and maximum length (org.apache.kafka.common.internals.Topic).
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
+_FILE_RE = re.compile(r"segment-([0-9]{20})\.(kfs|index)")
+_MAX_PARTITION = 2**31 - 1
+_MAX_OFFSET = 2**63 - 1
+
+
+class SegmentKey(NamedTuple):
+    namespace: str
+    topic: str
+    partition: int
+    base_offset: int
+    kind: Literal["kfs", "index"]
+
+
+def partition_prefix(namespace: str, topic: str, partition: int) -> str:
+    _check_namespace(namespace)
+    if not _valid_topic(topic):
+        raise ValueError(f"illegal topic name {topic!r}")
+    if not 0 <= partition <= _MAX_PARTITION:
+        raise ValueError(f"partition {partition} out of range")
+    return f"{namespace}/{topic}/{partition}/"
+
+
+def segment_key(namespace: str, topic: str, partition: int, base_offset: int) -> str:
+    return _object_key(namespace, topic, partition, base_offset, SEGMENT_SUFFIX)
+
+
+def index_key(namespace: str, topic: str, partition: int, base_offset: int) -> str:
+    return _object_key(namespace, topic, partition, base_offset, INDEX_SUFFIX)
+
+
+def parse_segment_key(key: str) -> SegmentKey | None:
+    """Split a segment or index key; None for any other key (health probes, foreign objects)."""
+    # Split from the right: topics cannot contain '/', namespaces can.
+    parts = key.rsplit("/", 3)
+    if len(parts) != 4:
+        return None
+    namespace, topic, partition, filename = parts
+    match = _FILE_RE.fullmatch(filename)
+    if match is None or not _PARTITION_RE.fullmatch(partition) or not _valid_topic(topic):
+        return None
+    if not _valid_namespace(namespace):
+        return None
+    base_offset = int(match.group(1))
+    partition_id = int(partition)
+    if base_offset > _MAX_OFFSET or partition_id > _MAX_PARTITION:
+        return None
+    kind: Literal["kfs", "index"] = "kfs" if match.group(2) == SEGMENT_SUFFIX else "index"
+    return SegmentKey(namespace, topic, partition_id, base_offset, kind)
+
+
+def _object_key(namespace: str, topic: str, partition: int, base_offset: int, suffix: str) -> str:
+    if not 0 <= base_offset <= _MAX_OFFSET:
+        raise ValueError(f"base offset {base_offset} out of range")
+    return f"{partition_prefix(namespace, topic, partition)}segment-{base_offset:020d}.{suffix}"
+
+
+def _valid_topic(topic: str) -> bool:
+    # "." and ".." are legal characters but not legal names (and would be path traversal on disk).
+    return _TOPIC_RE.fullmatch(topic) is not None and topic not in (".", "..")
+
+
+def _valid_namespace(namespace: str) -> bool:
+    # Empty or dot components would collapse or escape directories in the local-directory store.
+    return bool(namespace) and all(part not in ("", ".", "..") for part in namespace.split("/"))
+
+
+def _check_namespace(namespace: str) -> None:
+    if not _valid_namespace(namespace):
+        raise ValueError(f"illegal namespace {namespace!r}")

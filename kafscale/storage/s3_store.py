@@ -1,0 +1,323 @@
+"""ObjectStore on S3 (or any S3-compatible server) through boto3.
+
+One boto3 client is created in the constructor and shared by every thread: botocore clients are
+thread-safe once built, while building them (sessions, credential resolution) is not.
+
+Retries live here rather than in botocore, for two reasons: a GET's body is streamed after botocore
+has returned, so a connection dropped mid-body is only retried if the whole call is; and a
+conditional create that is retried after an ambiguous failure (the first attempt may have been
+applied) can meet its own object and get 412, which only this layer can recognise.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    FlexibleChecksumError,
+    HTTPClientError,
+    IncompleteReadError,
+)
+
+from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
+
+T = TypeVar("T")
+
+# Errors after which the same request may succeed; botocore's own "standard" mode list plus S3's.
+_RETRYABLE_CODES = frozenset(
+    {
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "OperationAborted",
+        # 409 on a conditional write racing another write of the same key; AWS says retry.
+        "ConditionalRequestConflict",
+    }
+)
+_TRANSPORT_ERRORS = (ConnectionError, HTTPClientError, IncompleteReadError, FlexibleChecksumError)
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_DELETE_BATCH = 1000  # DeleteObjects accepts at most 1,000 keys per request
+_BACKOFF_BASE_S = 0.05
+_BACKOFF_CAP_S = 2.0
+_UNHANDLED: Any = object()  # returned by an on_error hook that leaves the error to _call
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _http_status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def _is_retryable(exc: Exception) -> bool:
+    if isinstance(exc, _TRANSPORT_ERRORS):
+        return True
+    if isinstance(exc, ClientError):
+        return _error_code(exc) in _RETRYABLE_CODES or _http_status(exc) >= 500 or _http_status(exc) == 429
+    return False
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        return f"{err.get('Code', '?')} (HTTP {_http_status(exc)}): {err.get('Message', '')}".rstrip(": ")
+    return f"{type(exc).__name__}: {exc}"
+
+
+class S3Store(ObjectStore):
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str = "us-east-1",
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        path_style: bool = True,
+        create_bucket: bool = False,
+        max_attempts: int = 5,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+        max_pool_connections: int = 32,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        self.bucket = bucket
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self.max_attempts = max_attempts
+        config = Config(
+            region_name=region,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_pool_connections=max_pool_connections,
+            # botocore retries nothing: _call() owns retries (see the module docstring).
+            retries={"mode": "standard", "total_max_attempts": 1},
+            s3={"addressing_style": "path" if path_style else "virtual"},
+            # Checksums only where S3 demands them (DeleteObjects): several S3-compatible servers
+            # reject botocore's default CRC trailers, and segments carry their own CRC32C anyway.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        # A private session: boto3's default session is shared process-wide and not thread-safe.
+        session = boto3.session.Session(
+            aws_access_key_id=access_key or None,
+            aws_secret_access_key=secret_key or None,
+            region_name=region,
+        )
+        self._client = session.client("s3", endpoint_url=endpoint_url or None, config=config)
+        if create_bucket:
+            self._create_bucket()
+
+    def __repr__(self) -> str:
+        return f"S3Store(bucket={self.bucket!r}, endpoint_url={self.endpoint_url!r})"
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _where(self, key: str | None) -> str:
+        where = f"s3://{self.bucket}/{key}" if key is not None else f"s3://{self.bucket}"
+        return f"{where} at {self.endpoint_url}" if self.endpoint_url else where
+
+    def _backoff(self, attempt: int) -> None:
+        # Full jitter: spreads out the retries of many threads that failed together.
+        time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
+
+    def _call(
+        self,
+        op: str,
+        key: str | None,
+        fn: Callable[[], T],
+        *,
+        on_error: Callable[[ClientError, bool], Any] | None = None,
+    ) -> T:
+        """Run fn with retries; translate every failure into ObjectStoreError naming op and key.
+
+        on_error may turn a ClientError into a result (anything but _UNHANDLED) before the retry
+        logic sees it; its second argument tells whether an earlier attempt failed ambiguously,
+        i.e. may have been applied by the server before the failure was reported.
+        """
+        ambiguous = False
+        for attempt in range(self.max_attempts):
+            try:
+                return fn()
+            except ClientError as exc:
+                if on_error is not None:
+                    result = on_error(exc, ambiguous)
+                    if result is not _UNHANDLED:
+                        return result
+                if _error_code(exc) == "NoSuchKey" and key is not None:
+                    raise ObjectNotFoundError(key) from exc
+                if not _is_retryable(exc) or attempt == self.max_attempts - 1:
+                    raise self._failure(op, key, exc, attempt + 1) from exc
+                ambiguous = ambiguous or _http_status(exc) >= 500
+            except BotoCoreError as exc:
+                if not _is_retryable(exc) or attempt == self.max_attempts - 1:
+                    raise self._failure(op, key, exc, attempt + 1) from exc
+                ambiguous = True
+            self._backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def _failure(self, op: str, key: str | None, exc: Exception, attempts: int) -> ObjectStoreError:
+        return ObjectStoreError(
+            f"S3 {op} {self._where(key)} failed after {attempts} attempt(s): {_describe(exc)}"
+        )
+
+    def _create_bucket(self) -> None:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket}
+        if self.region != "us-east-1":  # us-east-1 rejects an explicit LocationConstraint
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
+
+        def already_there(exc: ClientError, _ambiguous: bool) -> Any:
+            return None if _error_code(exc) == "BucketAlreadyOwnedByYou" else _UNHANDLED
+
+        self._call(
+            "create_bucket", None, lambda: self._client.create_bucket(**kwargs), on_error=already_there
+        )
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("put", key, lambda: self._client.put_object(Bucket=self.bucket, Key=key, Body=data))
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        def attempt() -> bool:
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+            return True
+
+        def on_error(exc: ClientError, ambiguous: bool) -> Any:
+            if _error_code(exc) != "PreconditionFailed" and _http_status(exc) != 412:
+                return _UNHANDLED
+            # After an ambiguous failure the object we now collide with may be our own earlier
+            # attempt; identical bytes mean the create took effect, which is all callers rely on.
+            return ambiguous and self._same_bytes(key, data)
+
+        return self._call("put_if_absent", key, attempt, on_error=on_error)
+
+    def _same_bytes(self, key: str, data: bytes) -> bool:
+        try:
+            return self.get(key) == data
+        except ObjectNotFoundError:
+            return False
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        def attempt() -> bytes:
+            resp = self._client.get_object(Bucket=self.bucket, Key=key)
+            with resp["Body"] as body:
+                return body.read()
+
+        return self._call("get", key, attempt)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise ValueError(f"invalid range for {key!r}: start={start} length={length}")
+        if length == 0:
+            # HTTP cannot express an empty range; keep the missing-key contract with a HEAD.
+            if self.head(key) is None:
+                raise ObjectNotFoundError(key)
+            return b""
+
+        def attempt() -> bytes:
+            resp = self._client.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
+            )
+            with resp["Body"] as body:
+                data = body.read()
+            if resp["ResponseMetadata"]["HTTPStatusCode"] == 200:
+                # The server ignored Range and sent the whole object.
+                return data[start : start + length]
+            return data
+
+        def on_error(exc: ClientError, _ambiguous: bool) -> Any:
+            # 416: start is at or past the end (including any range of an empty object).
+            if _error_code(exc) == "InvalidRange" or _http_status(exc) == 416:
+                return b""
+            return _UNHANDLED
+
+        return self._call("get_range", key, attempt, on_error=on_error)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        def attempt() -> ObjectInfo | None:
+            resp = self._client.head_object(Bucket=self.bucket, Key=key)
+            return ObjectInfo(key, int(resp["ContentLength"]))
+
+        def on_error(exc: ClientError, _ambiguous: bool) -> Any:
+            # HEAD responses have no body, so a missing key is only a bare 404.
+            return None if _error_code(exc) in _NOT_FOUND_CODES or _http_status(exc) == 404 else _UNHANDLED
+
+        return self._call("head", key, attempt, on_error=on_error)
+
+    def list(self, prefix: str, start_after: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
+        if page_size < 1:
+            raise ValueError(f"page_size must be positive, got {page_size}")
+        request: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": min(page_size, 1000)}
+        if start_after:
+            request["StartAfter"] = start_after
+        what = f"{prefix}*"
+        while True:
+            page = self._call("list", what, lambda req=dict(request): self._client.list_objects_v2(**req))
+            contents = page.get("Contents", [])
+            for item in contents:
+                yield ObjectInfo(item["Key"], int(item["Size"]))
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+            if token:
+                request["ContinuationToken"] = token
+            elif contents:
+                # Some S3-compatible servers omit the token; resume after the last key instead.
+                request.pop("ContinuationToken", None)
+                request["StartAfter"] = contents[-1]["Key"]
+            else:
+                raise ObjectStoreError(
+                    f"S3 list {self._where(what)}: truncated page without a way to continue"
+                )
+
+    # -- deletes ----------------------------------------------------------------------------------
+
+    def delete(self, key: str) -> None:
+        def on_error(exc: ClientError, _ambiguous: bool) -> Any:
+            # S3 answers 204 for a missing key; some compatible servers say NoSuchKey instead.
+            return None if _error_code(exc) in _NOT_FOUND_CODES else _UNHANDLED
+
+        self._call(
+            "delete", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=key), on_error=on_error
+        )
+
+    def delete_many(self, keys: list[str]) -> None:
+        for i in range(0, len(keys), _DELETE_BATCH):
+            chunk = keys[i : i + _DELETE_BATCH]
+            request = {"Objects": [{"Key": k} for k in chunk], "Quiet": True}
+            resp = self._call(
+                "delete_many",
+                f"{chunk[0]} … ({len(chunk)} keys)",
+                lambda req=request: self._client.delete_objects(Bucket=self.bucket, Delete=req),
+            )
+            errors = [e for e in resp.get("Errors", []) if e.get("Code") not in _NOT_FOUND_CODES]
+            if errors:
+                sample = ", ".join(
+                    f"{e.get('Key')}: {e.get('Code')} {e.get('Message', '')}" for e in errors[:5]
+                )
+                raise ObjectStoreError(
+                    f"S3 delete_many in {self._where(None)}: {len(errors)} key(s) failed: {sample}"
+                )
+
+    def close(self) -> None:
+        self._client.close()

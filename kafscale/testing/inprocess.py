@@ -1,0 +1,73 @@
+"""A broker shard running on its own event loop in a background thread of the calling process.
+
+Blocking Kafka clients (confluent-kafka, kafka-python, kcat) can then talk to it from the test's
+thread over real TCP, without Ray's start-up cost. `kafscale serve` (Ray) is tested separately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from kafscale.actors.shard import ShardCore
+from kafscale.config import BrokerConfig
+from kafscale.storage.metadata_store import MetadataStore
+from kafscale.storage.object_store import ObjectStore
+
+T = TypeVar("T")
+
+
+class InProcessBroker:
+    def __init__(self, config: BrokerConfig, *, meta: Callable[[], MetadataStore],
+                 objects: Callable[[], ObjectStore]) -> None:
+        self.config = dataclasses.replace(config, listen="127.0.0.1:0")
+        self._meta_factory = meta
+        self._objects_factory = objects
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kafscale-broker", daemon=True)
+        self.core: ShardCore | None = None
+        self.meta: MetadataStore | None = None
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result(timeout)
+
+    def start(self) -> InProcessBroker:
+        self._thread.start()
+
+        async def boot() -> None:
+            self.meta = self._meta_factory()
+            self.core = ShardCore(0, self.config, meta=self.meta, objects=self._objects_factory())
+            await self.core.start()
+
+        self.run(boot())
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.core is not None
+        return f"127.0.0.1:{self.core.listener.port}"
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            if self.core is not None:
+                await self.core.stop()
+            if self.meta is not None:
+                await self.meta.close()
+
+        try:
+            self.run(shutdown())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    def __enter__(self) -> InProcessBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

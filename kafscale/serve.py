@@ -11,28 +11,31 @@ import threading
 from pathlib import Path
 
 from kafscale.config import BrokerConfig
+from kafscale.ray_runtime import LocalRayHead, ray_environment
 
 log = logging.getLogger("kafscale.serve")
 RAY_NAMESPACE = "kafscale"
 
 
-def _start_ray(config: BrokerConfig) -> bool:
-    """Join the configured cluster, or start a private local one bound to 127.0.0.1. True if we started it."""
+def _start_ray(config: BrokerConfig) -> LocalRayHead | None:
+    """Join the configured cluster, or start a private local head bound to 127.0.0.1."""
     import ray
 
-    if config.ray_address:
-        ray.init(address=config.ray_address, namespace=RAY_NAMESPACE, log_to_driver=True)
-        return False
-    # Ray binds to the external interface unless both of these are set (see docs/operations.md).
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(_node_ip_address="127.0.0.1", namespace=RAY_NAMESPACE, include_dashboard=False,
-             log_to_driver=True, configure_logging=False)
-    return True
+    head = None
+    address = config.ray_address
+    if not address:
+        head = LocalRayHead()
+        address = head.start()
+        log.info("started a local Ray head at %s", address)
+    extra = {"_node_ip_address": "127.0.0.1"} if head is not None else {}
+    ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=True, configure_logging=False, **extra)
+    return head
 
 
 def serve(config: BrokerConfig) -> int:
+    if not config.ray_address:
+        # Read by Ray when it is imported: set before the first `import ray`.
+        os.environ.update(ray_environment())
     import ray
 
     from kafscale.actors.controller import CONTROLLER_NAME, Controller
@@ -41,7 +44,7 @@ def serve(config: BrokerConfig) -> int:
     config = dataclasses.replace(config, data_dir=str(Path(config.data_dir).resolve()))
     if not config.s3_bucket or not config.etcd_endpoints:
         Path(config.data_dir).mkdir(parents=True, exist_ok=True)
-    started_ray = _start_ray(config)
+    head = _start_ray(config)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -65,5 +68,6 @@ def serve(config: BrokerConfig) -> int:
         if controller is not None:
             with contextlib.suppress(Exception):
                 ray.kill(controller)
-        if started_ray:
-            ray.shutdown()
+        ray.shutdown()
+        if head is not None:
+            head.stop()

@@ -195,9 +195,7 @@ async def test_put_get_delete_round_trip(store: MetadataStore) -> None:
 
     for i, value in enumerate(VALUES):
         await store.put(f"v/{i}", value)
-    assert [kv.value for kv in await store.range("v/")] == [
-        VALUES[i] for i in sorted(range(len(VALUES)), key=str)
-    ]
+    assert [kv.value for kv in await store.range("v/")] == [VALUES[i] for i in sorted(range(len(VALUES)), key=str)]
 
 
 async def test_range_is_by_prefix_in_key_order(store: MetadataStore) -> None:
@@ -239,7 +237,8 @@ async def test_revision_increases_by_one_per_mutating_txn(store: MetadataStore) 
 
 
 CAS_CASES = [
-    # (target, op, operand against key "k" = "v1" with version 2, succeeds?)
+    # (target, op, operand, succeeds?) against a key holding "v1" at version 2; MOD and CREATE stand
+    # for its mod and create revisions.
     ("value", "==", "v1", True),
     ("value", "==", "other", False),
     ("value", "!=", "other", True),
@@ -261,17 +260,25 @@ CAS_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("target", "op", "operand", "ok"), CAS_CASES)
-async def test_txn_compare(store: MetadataStore, target: str, op: str, operand: Any, ok: bool) -> None:
-    create = await store.put("k", "v0")
-    mod = await store.put("k", "v1")
-    operand = {"MOD": mod, "CREATE": create}.get(operand, operand) if isinstance(operand, str) else operand
-    result = await store.txn([Compare("k", target, op, operand)], [Put("k", "won")], [Put("lost", True)])  # type: ignore[arg-type]
-    assert result.succeeded is ok
-    kv = await store.get("k")
-    assert kv is not None and kv.value == ("won" if ok else "v1")
-    assert (await store.get("lost") is None) is ok
-    assert result.revision == mod + 1  # whichever branch ran wrote once
+async def test_txn_compare_targets_and_operators(store: MetadataStore) -> None:
+    # One store for all cases (a remote store costs an actor process): each case gets its own key.
+    for i, (target, op, operand, ok) in enumerate(CAS_CASES):
+        key = f"cas/{i}"
+        create = await store.put(key, "v0")
+        mod = await store.put(key, "v1")
+        if isinstance(operand, str) and operand in ("MOD", "CREATE"):
+            operand = mod if operand == "MOD" else create
+        case = f"{target} {op} {operand!r}"
+        result = await store.txn(
+            [Compare(key, target, op, operand)],  # type: ignore[arg-type]
+            [Put(key, "won")],
+            [Put(f"{key}/lost", True)],
+        )
+        assert result.succeeded is ok, case
+        kv = await store.get(key)
+        assert kv is not None and kv.value == ("won" if ok else "v1"), case
+        assert (await store.get(f"{key}/lost") is None) is ok, case
+        assert result.revision == mod + 1, case  # whichever branch ran wrote once
 
 
 async def test_txn_compares_on_an_absent_key(store: MetadataStore) -> None:
@@ -357,9 +364,7 @@ async def test_racing_cas_increments_are_not_lost(store: MetadataStore) -> None:
         while True:
             kv = await store.get("counter")
             current, seen = (kv.value, kv.mod_revision) if kv else (0, 0)
-            result = await store.txn(
-                [Compare("counter", "mod_revision", "==", seen)], [Put("counter", current + 1)]
-            )
+            result = await store.txn([Compare("counter", "mod_revision", "==", seen)], [Put("counter", current + 1)])
             if result.succeeded:
                 return
             conflicts += 1
@@ -739,6 +744,7 @@ async def test_etcd_unreachable_raises_metadata_store_error() -> None:
         await store.close()
 
 
+@pytest.mark.etcd
 async def test_etcd_store_fixture_is_namespaced(etcd_store: EtcdStore) -> None:
     await etcd_store.put("x", 1)
     assert etcd_store.prefix.startswith("/test-")
@@ -799,9 +805,7 @@ async def test_metadata_store_from_settings(tmp_path: Path) -> None:
     embedded = metadata_store_from_settings(data_dir=str(tmp_path), etcd_endpoints=None)
     assert isinstance(embedded, EmbeddedStore) and embedded.path == tmp_path / "metadata.db"
     await embedded.close()
-    etcd = metadata_store_from_settings(
-        data_dir=str(tmp_path), etcd_endpoints="127.0.0.1:2379,127.0.0.1:2380"
-    )
+    etcd = metadata_store_from_settings(data_dir=str(tmp_path), etcd_endpoints="127.0.0.1:2379,127.0.0.1:2380")
     assert isinstance(etcd, EtcdStore)
     assert etcd.endpoints == ["127.0.0.1:2379", "127.0.0.1:2380"] and etcd.prefix == "/kafscale/"
     await etcd.close()

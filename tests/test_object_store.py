@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.synchronize
 import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,8 +39,8 @@ def put_all(store: ObjectStore, items: dict[str, bytes]) -> None:
         list(pool.map(lambda kv: store.put(*kv), items.items()))
 
 
-def keys_of(infos: object) -> list[str]:
-    return [info.key for info in infos]  # type: ignore[attr-defined]
+def keys_of(infos: Iterable[ObjectInfo]) -> list[str]:
+    return [info.key for info in infos]
 
 
 # -- conformance: every backend -------------------------------------------------------------------
@@ -50,9 +51,7 @@ def test_put_get_round_trip(object_store: ObjectStore, size: int) -> None:
     data = payload(size, seed=size)
     object_store.put("topic/0/00000000000000000000.kfs", data)
     assert object_store.get("topic/0/00000000000000000000.kfs") == data
-    assert object_store.head("topic/0/00000000000000000000.kfs") == ObjectInfo(
-        "topic/0/00000000000000000000.kfs", size
-    )
+    assert object_store.head("topic/0/00000000000000000000.kfs") == ObjectInfo("topic/0/00000000000000000000.kfs", size)
 
 
 def test_put_overwrites(object_store: ObjectStore) -> None:
@@ -164,15 +163,11 @@ def test_prefix_isolation(object_store: ObjectStore) -> None:
     assert keys_of(object_store.list("a/b/", start_after="a/b/1")) == ["a/b/2"]
 
 
-def test_list_is_in_byte_order_across_separators(
-    request: pytest.FixtureRequest, object_store: ObjectStore
-) -> None:
+def test_list_is_in_byte_order_across_separators(request: pytest.FixtureRequest, object_store: ObjectStore) -> None:
     """'-' and '.' sort before '/': topic "t-eu" comes before topic "t" in a bucket listing."""
     if backend_of(request) == "seaweedfs":
         request.applymarker(
-            pytest.mark.xfail(
-                strict=True, reason="SeaweedFS lists directory by directory: t/... before t-eu/..."
-            )
+            pytest.mark.xfail(strict=True, reason="SeaweedFS lists directory by directory: t/... before t-eu/...")
         )
     keys = ["t-eu/0/a", "t.v2/0/a", "t/0/a", "t/1/a", "t0/0/a"]
     put_all(object_store, {k: b"x" for k in keys})
@@ -183,9 +178,7 @@ def test_list_is_in_byte_order_across_separators(
 def test_list_start_after_a_directory_name(request: pytest.FixtureRequest, object_store: ObjectStore) -> None:
     """StartAfter "s/a" must still return "s/a/1": it sorts after "s/a"."""
     if backend_of(request) == "seaweedfs":
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="SeaweedFS skips the subtree named by StartAfter")
-        )
+        request.applymarker(pytest.mark.xfail(strict=True, reason="SeaweedFS skips the subtree named by StartAfter"))
     put_all(object_store, {k: b"x" for k in ["s/a/1", "s/a/2", "s/b/1"]})
     assert keys_of(object_store.list("s/", start_after="s/a")) == ["s/a/1", "s/a/2", "s/b/1"]
 
@@ -289,8 +282,9 @@ def test_local_writes_race_deletes_pruning_directories(tmp_path: Path) -> None:
 
     def churn(worker: int) -> None:
         try:
-            for i in range(200):
-                key = f"churn/{i % 3}/{worker}"
+            # Nested, so that a delete prunes two levels while a put recreates them.
+            for i in range(250):
+                key = f"churn/{i % 3}/x/{worker}"
                 if i % 2:
                     store.put(key, b"x")
                 else:
@@ -308,11 +302,17 @@ def test_local_writes_race_deletes_pruning_directories(tmp_path: Path) -> None:
     assert list(store.list("")) == []
 
 
-def _race_in_process(root: str, key: str, index: int, barrier: object, results: object) -> None:
+RACE_ROUNDS = 3
+
+
+def _race_in_process(
+    root: str, index: int, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.Queue
+) -> None:
     store = LocalDirStore(root)
-    barrier.wait()  # type: ignore[attr-defined]
-    won = store.put_if_absent(key, payload(256 * 1024, seed=index))
-    results.put((index, won))  # type: ignore[attr-defined]
+    data = payload(256 * 1024, seed=index)
+    for round_ in range(RACE_ROUNDS):
+        barrier.wait()
+        results.put((round_, index, store.put_if_absent(f"race/{round_}.kfs", data)))
 
 
 def test_local_put_if_absent_across_processes(tmp_path: Path) -> None:
@@ -322,18 +322,23 @@ def test_local_put_if_absent_across_processes(tmp_path: Path) -> None:
     barrier = ctx.Barrier(processes)
     results = ctx.Queue()
     workers = [
-        ctx.Process(target=_race_in_process, args=(str(tmp_path), "race/seg.kfs", i, barrier, results))
-        for i in range(processes)
+        ctx.Process(target=_race_in_process, args=(str(tmp_path), i, barrier, results)) for i in range(processes)
     ]
     for w in workers:
         w.start()
-    outcomes = dict(results.get(timeout=60) for _ in range(processes))
-    for w in workers:
-        w.join(timeout=30)
-        assert w.exitcode == 0
-    winners = [i for i, won in outcomes.items() if won]
-    assert len(winners) == 1, outcomes
-    assert LocalDirStore(tmp_path).get("race/seg.kfs") == payload(256 * 1024, seed=winners[0])
+    try:
+        outcomes = [results.get(timeout=60) for _ in range(processes * RACE_ROUNDS)]
+    finally:
+        for w in workers:
+            w.join(timeout=30)
+            if w.is_alive():
+                w.kill()
+    assert [w.exitcode for w in workers] == [0] * processes
+    store = LocalDirStore(tmp_path)
+    for round_ in range(RACE_ROUNDS):
+        winners = [index for r, index, won in outcomes if r == round_ and won]
+        assert len(winners) == 1, outcomes
+        assert store.get(f"race/{round_}.kfs") == payload(256 * 1024, seed=winners[0])
     assert [p for p in tmp_path.rglob("*") if p.name.startswith(TEMP_PREFIX)] == []
 
 
@@ -402,30 +407,34 @@ def test_s3_create_bucket_is_idempotent(moto_server: MotoS3Server) -> None:
     moto_server.delete_bucket(bucket)
 
 
-def test_s3_conditional_create_retried_after_lost_reply(
-    moto_server: MotoS3Server, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("first_attempt_lands", [True, False])
+def test_s3_conditional_create_retried_after_an_ambiguous_failure(
+    moto_server: MotoS3Server, monkeypatch: pytest.MonkeyPatch, first_attempt_lands: bool
 ) -> None:
-    """The first attempt lands but its reply is lost; the retry meets our own object (412)."""
+    """The first attempt's connection breaks, so nobody knows whether it was applied.
+
+    If it was, the retry meets our own object (412) and must still report success; if the 412
+    comes from someone else's object, we lost the race.
+    """
     store = moto_server.store(max_attempts=3)
     real_put = store._client.put_object
     calls = 0
 
-    def put_then_drop_reply(**kwargs: object) -> object:
+    def flaky_put(**kwargs: object) -> object:
         nonlocal calls
         calls += 1
-        response = real_put(**kwargs)
         if calls == 1:
+            if first_attempt_lands:
+                real_put(**kwargs)
             raise ConnectionClosedError(endpoint_url=moto_server.endpoint_url)
-        return response
+        return real_put(**kwargs)
 
-    monkeypatch.setattr(store._client, "put_object", put_then_drop_reply)
-    assert store.put_if_absent("seg/ours", b"our bytes") is True
+    if not first_attempt_lands:
+        store.put("seg/1.kfs", b"their bytes")
+    monkeypatch.setattr(store._client, "put_object", flaky_put)
+    assert store.put_if_absent("seg/1.kfs", b"our bytes") is first_attempt_lands
     assert calls == 2
-
-    # Same lost reply, but the object there is someone else's: we lost the race.
-    calls = 0
-    store.put("seg/theirs", b"their bytes")
-    assert store.put_if_absent("seg/theirs", b"our bytes") is False
+    assert store.get("seg/1.kfs") == (b"our bytes" if first_attempt_lands else b"their bytes")
     store.close()
     moto_server.delete_bucket(store.bucket)
 

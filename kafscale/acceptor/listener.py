@@ -58,7 +58,8 @@ _connection_ids = itertools.count(1)
 # the memory of a connection under back-pressure while still moving large produce frames in
 # few wake-ups.
 _STREAM_LIMIT = 1024 * 1024
-_CLOSE_TIMEOUT = 5.0  # seconds to flush the last responses to a client before aborting
+_CLOSE_TIMEOUT = 5.0
+_MAX_BATCH = int(__import__("os").environ.get("KB", "8"))  # seconds to flush the last responses to a client before aborting
 
 
 class Listener:
@@ -127,6 +128,11 @@ class Listener:
         self._connections.add(conn)
         try:
             await conn.run()
+        except asyncio.CancelledError:
+            # Only the loop shutting down cancels this task, and the connection is closed by
+            # now. Python 3.11's start_server calls exception() on this task when it ends,
+            # which raises and logs a spurious error for a cancelled task, so end normally.
+            pass
         finally:
             self._connections.discard(conn)
 
@@ -311,43 +317,64 @@ class _Connection:
     # ---------------------------------------------------------------- writing
 
     async def _write_loop(self) -> None:
+        # Responses that are ready back to back (pipelined requests) go out in one write: one
+        # send() per response was the largest cost in a profile of small produce requests.
+        # Anything gathered is flushed before waiting on a handler that has not finished, so a
+        # slow request never holds back the answers before it.
         writer = self.writer
         pending = self._pending
-        while True:
-            item = await pending.get()
-            if item is None:
-                return
-            try:
-                response = await item.task
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
-                log.warning("%s: handler for API key %d v%d (correlation id %d) was cancelled; closing",
-                            self, item.api_key, item.api_version, item.correlation_id)
-                return
-            except Exception:
-                log.exception("%s: handler for API key %d v%d (correlation id %d) failed; closing",
-                              self, item.api_key, item.api_version, item.correlation_id)
-                return
-            if response is not None:
-                cls = type(response)
-                if (getattr(cls, "__api_key__", None), getattr(cls, "__version__", None)) != (
-                    item.api_key, item.response_version
-                ):
-                    log.error("%s: handler for API key %d v%d returned %s, not its response; closing",
-                              self, item.api_key, item.api_version, cls.__qualname__)
+        out: list[bytes] = []
+        try:
+            while True:
+                if out and (pending.empty() or len(out) >= _MAX_BATCH):
+                    await self._flush(out)
+                item = await pending.get()
+                if item is None:
                     return
+                if out and not item.task.done():
+                    await self._flush(out)
                 try:
-                    frame = encode_response(item.correlation_id, response)
+                    response = await item.task
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise
+                    log.warning("%s: handler for API key %d v%d (correlation id %d) was cancelled; closing",
+                                self, item.api_key, item.api_version, item.correlation_id)
+                    return
                 except Exception:
-                    log.exception("%s: cannot encode the response to API key %d v%d; closing",
-                                  self, item.api_key, item.api_version)
+                    log.exception("%s: handler for API key %d v%d (correlation id %d) failed; closing",
+                                  self, item.api_key, item.api_version, item.correlation_id)
                     return
-                writer.write(frame)
-                try:
-                    await writer.drain()
-                except OSError as e:
-                    log.debug("%s: write failed: %s", self, e)
-                    return
-            self._slots.release()
+                if response is not None:
+                    frame = self._encode(item, response)
+                    if frame is None:
+                        return
+                    out.append(frame)
+                self._slots.release()
+        except OSError as e:
+            log.debug("%s: write failed: %s", self, e)
+        finally:
+            if out and not writer.is_closing():
+                # Answers to the requests before a failure are still owed to the client.
+                writer.write(b"".join(out))
+
+    async def _flush(self, out: list[bytes]) -> None:
+        self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
+        await self.writer.drain()
+
+    def _encode(self, item: _Pending, response: Any) -> bytes | None:
+        cls = type(response)
+        if (getattr(cls, "__api_key__", None), getattr(cls, "__version__", None)) != (
+            item.api_key, item.response_version
+        ):
+            log.error("%s: handler for API key %d v%d returned %s, not its response; closing",
+                      self, item.api_key, item.api_version, cls.__qualname__)
+            return None
+        try:
+            return encode_response(item.correlation_id, response)
+        except Exception:
+            log.exception("%s: cannot encode the response to API key %d v%d; closing",
+                          self, item.api_key, item.api_version)
+            return None

@@ -44,6 +44,7 @@ class Controller:
             self.metadata_actor = MetadataStoreActor.options(
                 name=METADATA_ACTOR_NAME, namespace=self.ray_namespace, num_cpus=0, max_concurrency=10_000,
             ).remote(data_dir=cfg.data_dir, etcd_endpoints=None, prefix=cfg.etcd_prefix)
+            await self.metadata_actor.ready.remote()
         host, _ = cfg.listen_host_port()
         advertised = cfg.advertised_host or host
         ports = cfg.shard_port_list()
@@ -55,7 +56,8 @@ class Controller:
         config = _asdict(cfg)
         self.shards = [
             ShardActor.options(name=shard_actor_name(i), namespace=self.ray_namespace).remote(
-                i, config, self.addresses, self.metadata_actor, self.ray_namespace)
+                i, config, self.addresses, METADATA_ACTOR_NAME if self.metadata_actor else None,
+                self.ray_namespace)
             for i in range(len(ports))
         ]
         started = await asyncio.gather(*(s.start.remote() for s in self.shards))

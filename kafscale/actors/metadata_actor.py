@@ -52,9 +52,7 @@ class MetadataStoreActor:
         etcd_endpoints: str | list[str] | None = None,
         prefix: str = "/kafscale/",
     ) -> None:
-        self._store = metadata_store_from_settings(
-            data_dir=data_dir, etcd_endpoints=etcd_endpoints, prefix=prefix
-        )
+        self._store = metadata_store_from_settings(data_dir=data_dir, etcd_endpoints=etcd_endpoints, prefix=prefix)
 
     async def ready(self) -> bool:
         return True
@@ -71,9 +69,7 @@ class MetadataStoreActor:
     async def delete(self, key: str, prefix: bool = False) -> int:
         return await self._store.delete(key, prefix)
 
-    async def txn(
-        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
-    ) -> TxnResult:
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
         return await self._store.txn(compares, success, failure)
 
     async def revision(self) -> int:
@@ -184,9 +180,7 @@ class RemoteMetadataStore(MetadataStore):
     async def delete(self, key: str, prefix: bool = False) -> int:
         return await self._call("delete", key, prefix)
 
-    async def txn(
-        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
-    ) -> TxnResult:
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
         return await self._call("txn", list(compares), list(success), list(failure))
 
     async def revision(self) -> int:

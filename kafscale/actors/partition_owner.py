@@ -30,6 +30,7 @@ from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offs
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState
 from kafscale.storage.metadata_store import Compare, MetadataStore, Put
+from kafscale.storage.object_store import ObjectNotFoundError, ObjectStoreError
 from kafscale.storage.segment import build_segment
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ class _Pending:
     first_offset: int = -1
     last_offset: int = -1
     started: float = 0.0
+    # Each producer's state as of this window's last batch: what its commit persists. A snapshot, not
+    # the live entry, which already holds later (uncommitted) batches by the time this one commits.
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
@@ -149,7 +152,7 @@ class PartitionOwner:
                  self.epoch, self.log_start_offset, self.high_watermark, len(self.segments))
 
     async def close(self, flush: bool = True) -> None:
-        """Flush what is buffered (unless fenced) and stop the flush loop."""
+        """Flush what is buffered (unless fenced) and stop the flush loop; flush=False stops it at once."""
         if self.closed:
             return
         self.closed = True
@@ -157,9 +160,10 @@ class PartitionOwner:
             self._seal()
         self._wake.set()
         if self._flusher is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._flusher), timeout=30)
-            except (TimeoutError, asyncio.CancelledError):
+            if not flush:
+                self._flusher.cancel()
+            done, _ = await asyncio.wait({self._flusher}, timeout=30)
+            if not done:
                 self._flusher.cancel()
         self._fail_all(ErrorCode.not_leader_or_follower)
         self._notify_readers()
@@ -211,7 +215,7 @@ class PartitionOwner:
             if log_append:
                 set_log_append_time(buf, pos, now_ms)
             if header.producer_id >= 0:
-                pending.producers[header.producer_id] = self._producers.record(header, self.next_offset)
+                pending.producers[header.producer_id] = self._producers.record(header, self.next_offset).copy()
             self.next_offset += header.last_offset_delta + 1
         pending.chunks.append(buf)
         pending.nbytes += len(buf)
@@ -313,8 +317,11 @@ class PartitionOwner:
                     await self._flush(self._sealed[0])
                 except FencedError as e:
                     log.warning("%s-%d fenced: %s", self.topic, self.partition, e)
-                    self.fenced = True
-                    self._fail_all(ErrorCode.not_leader_or_follower)
+                    self._stop_writing()
+                    return
+                except Exception:  # a bug, not store trouble (_flush retries that): stop rather than hang
+                    log.exception("flush of %s-%d failed", self.topic, self.partition)
+                    self._stop_writing()
                     return
                 done = self._sealed.popleft()
                 for fut in done.waiters:
@@ -341,7 +348,7 @@ class PartitionOwner:
             except FencedError:
                 raise
             except Exception as e:  # store trouble: keep the data, retry with back-off
-                if self.closed and delay > 2:
+                if self.closed and delay >= 2:
                     raise FencedError(f"giving up flush on close: {e}") from e
                 log.warning("flush of %s failed (%s); retrying in %.2fs", seg_key, e, delay)
                 await asyncio.sleep(delay)
@@ -352,16 +359,22 @@ class PartitionOwner:
         self.reader.cache_built(meta, built.data)
 
     async def _create(self, key: str, data: bytes) -> None:
-        """Conditional create; a leftover object at this key can only be uncommitted garbage of a
-        previous owner (offsets below the high watermark are never rewritten), so once we have
-        checked we still own the partition we remove it and try again."""
+        """Conditional create. An object already at this key is our own earlier attempt (same bytes:
+        done) or garbage of an owner that uploaded but never committed (committed segments all lie
+        below our high watermark); once we have checked that we still own the partition we remove it
+        and try again. A zombie fails that check and leaves its successor's object alone."""
         for _ in range(5):
             if await self.objects.put_if_absent(key, data):
                 return
+            try:
+                if await self.objects.get(key) == data:
+                    return
+            except ObjectNotFoundError:
+                continue
             await self._check_owner()
             log.info("removing uncommitted leftover %s", key)
             await self.objects.delete(key)
-        raise RuntimeError(f"could not create {key}: it keeps reappearing")
+        raise ObjectStoreError(f"could not create {key}: it keeps reappearing")
 
     async def _check_owner(self) -> None:
         current = await self.meta.get(keys.owner(self.topic, self.partition))
@@ -381,14 +394,20 @@ class PartitionOwner:
         try:
             result = await self.meta.txn(guard, ops)
         except Exception:
-            # The commit may have been applied before the error: look before retrying.
+            # The commit may have been applied and only the reply lost: look before retrying. Only
+            # this incarnation writes its epoch, so this state can only come from this very commit.
             current = await self.meta.get(keys.state(self.topic, self.partition))
-            if current is not None and current.value["next_offset"] == info.last_offset + 1:
-                await self._check_owner()
+            if (current is not None and current.value.get("epoch") == self.epoch
+                    and current.value["next_offset"] == info.last_offset + 1):
                 return
             raise
         if not result.succeeded:
             raise FencedError(f"commit of {self.topic}-{self.partition} refused: epoch {self.epoch} is stale")
+
+    def _stop_writing(self) -> None:
+        """This incarnation writes no more; its unanswered producers retry against the next owner."""
+        self.fenced = True
+        self._fail_all(ErrorCode.not_leader_or_follower)
 
     def _fail_all(self, code: ErrorCode) -> None:
         for pending in [*self._sealed, self._open]:

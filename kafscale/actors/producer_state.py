@@ -35,6 +35,10 @@ class ProducerEntry:
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
 
+    def copy(self) -> ProducerEntry:
+        """A snapshot: the live entry keeps changing as later batches are appended."""
+        return ProducerEntry(self.epoch, deque(self.batches, maxlen=MAX_CACHED_BATCHES))
+
     def to_value(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "batches": [[b.first_seq, b.last_seq, b.base_offset, b.last_offset]
                                                    for b in self.batches]}

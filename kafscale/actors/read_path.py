@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafscale.storage import keys as object_keys
-from kafscale.storage.batch import BatchHeader, check_crc, read_header, split_batches
+from kafscale.storage.batch import LOG_OVERHEAD, BatchHeader, check_crc, read_header
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.index import SegmentIndex
-from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, SegmentReader
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, CorruptSegmentError, SegmentReader
 
 if TYPE_CHECKING:
     from kafscale.actors.partition_owner import PartitionOwner
@@ -63,13 +63,19 @@ class CachedSegment:
     headers: list[BatchHeader]
 
     @classmethod
-    def parse(cls, data: bytes, key: str, verify: bool) -> CachedSegment:
-        if verify:
-            SegmentReader(data, key=key, verify=True)  # header, footer, every CRC
-        region = memoryview(data)[SEGMENT_HEADER_SIZE:len(data) - SEGMENT_FOOTER_SIZE]
-        found = split_batches(region, verify_crc=False, key=key, base_position=SEGMENT_HEADER_SIZE)
-        return cls(data, [h.base_offset for _, h in found], [p + SEGMENT_HEADER_SIZE for p, _ in found],
-                   [h for _, h in found])
+    def parse(cls, data: bytes, key: str, verify: bool, expect: SegmentMeta | None = None) -> CachedSegment:
+        """verify: check every CRC (header, batches, footer). expect: the committed metadata the object
+        must match, so that an object replaced after its commit is refused rather than served."""
+        reader = SegmentReader(data, key=key, verify=verify)
+        info = reader.info
+        if expect is not None and (info.base_offset, info.last_offset, info.size, info.crc) != (
+                expect.base, expect.last, expect.size, expect.crc):
+            raise CorruptSegmentError(
+                f"segment object holds offsets {info.base_offset}..{info.last_offset} in {info.size} bytes"
+                f" (crc {info.crc:#010x}), its commit says {expect.base}..{expect.last} in {expect.size}"
+                f" bytes (crc {expect.crc:#010x})", key=key)
+        found = list(reader.batches())
+        return cls(data, [h.base_offset for _, h in found], [p for p, _ in found], [h for _, h in found])
 
     def slice_from(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from the one holding `offset`; at least one batch, as Kafka does."""
@@ -136,15 +142,16 @@ class ReadPath:
     async def _fetch_whole(self, meta: SegmentMeta) -> CachedSegment:
         key = self._object_key(meta.base)
         data = await self.owner.objects.get(key)
-        seg = await asyncio.get_running_loop().run_in_executor(None, CachedSegment.parse, data, key, True)
+        seg = await asyncio.get_running_loop().run_in_executor(None, CachedSegment.parse, data, key, True, meta)
         self.cache.put(self._key(meta.base), seg, len(data))
         return seg
 
     def _read_ahead(self, meta: SegmentMeta) -> None:
         segments = self.owner.segments
-        i = bisect.bisect_left([s.base for s in segments], meta.base)
+        i = bisect.bisect_left(segments, meta.base, key=lambda s: s.base)
         for nxt in segments[i + 1 : i + 1 + self.owner.settings.readahead_segments]:
-            if self._key(nxt.base) not in self.cache and nxt.base not in self._inflight:
+            if (self._whole_segments(nxt) and self._key(nxt.base) not in self.cache
+                    and nxt.base not in self._inflight):
                 task = asyncio.get_running_loop().create_task(self._fetch_whole(nxt))
                 self._inflight[nxt.base] = task
                 task.add_done_callback(self._readahead_done(nxt.base))
@@ -166,38 +173,50 @@ class ReadPath:
         return cached
 
     async def _ranged(self, meta: SegmentMeta, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one holding `offset`, by ranged GETs from the index entry at or below
+        it; at least one batch even when it exceeds max_bytes. Every batch's CRC is checked and its
+        offsets must follow on from the index entry (the batch CRC does not cover the base offset)."""
         index = await self.index(meta)
         key = self._object_key(meta.base)
-        end_of_batches = meta.size - SEGMENT_FOOTER_SIZE
-        pos = index.position_for(offset)
+        entry = index.entries[max(bisect.bisect_right(index.entries, offset, key=lambda e: e.offset) - 1, 0)]
+        pos, expected = entry.position, entry.offset
+        end = meta.size - SEGMENT_FOOTER_SIZE
         want = max(max_bytes, RANGED_READ_MIN)
         out = bytearray()
-        while pos < end_of_batches:
-            chunk = await self.owner.objects.get_range(key, pos, min(want, end_of_batches - pos))
-            view = memoryview(chunk)
+        while pos < end:
+            length = min(want, end - pos)
+            chunk = memoryview(await self.owner.objects.get_range(key, pos, length))
+            if len(chunk) != length or length < LOG_OVERHEAD:
+                raise CorruptSegmentError(f"segment shorter than committed: {len(chunk)} bytes at {pos}",
+                                          key=key, position=pos)
             at = 0
-            while at + 12 <= len(view):
-                length = int.from_bytes(view[at + 8 : at + 12], "big")
-                size = length + 12
-                if at + size > len(view):
+            while at + LOG_OVERHEAD <= len(chunk):
+                size = int.from_bytes(chunk[at + 8 : at + 12], "big", signed=True) + LOG_OVERHEAD
+                if at + size > len(chunk):
                     break
-                header = read_header(view, at, key=key)
-                check_crc(view, at, header, key=key)
+                header = read_header(chunk, at, key=key)
+                check_crc(chunk, at, header, key=key)
+                if header.base_offset != expected:
+                    raise CorruptSegmentError(f"batch starts at offset {header.base_offset}, expected {expected}",
+                                              key=key, position=pos + at)
+                expected = header.last_offset + 1
                 if header.last_offset >= offset:
                     if out and len(out) + size > max_bytes:
                         return bytes(out)
-                    out += view[at : at + size]
+                    out += chunk[at : at + size]
                 at += size
-            if out and (len(out) >= max_bytes or at == 0):
-                return bytes(out)
-            if at == 0:
-                # One batch larger than what we asked for: ask for exactly that batch.
-                length = int.from_bytes(view[8:12], "big")
-                want = length + 12
-                continue
-            pos += at
             if out:
                 return bytes(out)
+            if at == 0:
+                # The next batch is larger than what we read: ask for exactly that batch.
+                size = int.from_bytes(chunk[8:12], "big", signed=True) + LOG_OVERHEAD
+                if pos + size > end:
+                    raise CorruptSegmentError(f"batch of {size} bytes runs past the end of the segment",
+                                              key=key, position=pos)
+                want = size
+                continue
+            pos += at
+            want = max(max_bytes, RANGED_READ_MIN)
         return bytes(out)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:

@@ -104,11 +104,15 @@ class ShardCore:
 
     async def stop(self) -> None:
         """Stop accepting, flush every owner, release ownership."""
+        log.info("shard %d stopping: closing listener", self.shard_id)
         await self.listener.stop()
+        log.info("shard %d stopping: flushing %d partitions", self.shard_id, len(self.owners))
         await asyncio.gather(*(o.close(flush=True) for o in self.owners.values()), return_exceptions=True)
         self.owners.clear()
+        log.info("shard %d stopping: topic watch", self.shard_id)
         await self.topics.stop()
         self.objects.close()
+        log.info("shard %d stopped", self.shard_id)
 
     async def _cluster_id(self) -> str:
         import uuid

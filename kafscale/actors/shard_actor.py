@@ -19,7 +19,7 @@ def shard_actor_name(shard_id: int) -> str:
     return f"kafscale-shard-{shard_id}"
 
 
-def open_metadata_store(config: BrokerConfig, metadata_actor: Any | None) -> Any:
+def open_metadata_store(config: BrokerConfig, metadata_actor: str | None, ray_namespace: str) -> Any:
     """etcd is shared by nature: every shard connects itself. The embedded store lives in one actor."""
     if config.etcd_endpoint_list():
         from kafscale.storage.etcd_store import EtcdStore
@@ -28,7 +28,7 @@ def open_metadata_store(config: BrokerConfig, metadata_actor: Any | None) -> Any
     from kafscale.actors.metadata_actor import RemoteMetadataStore
 
     assert metadata_actor is not None, "embedded metadata needs the metadata actor"
-    return RemoteMetadataStore(metadata_actor)
+    return RemoteMetadataStore(ray.get_actor(metadata_actor, namespace=ray_namespace))
 
 
 def open_object_store(config: BrokerConfig) -> Any:
@@ -44,7 +44,7 @@ def open_object_store(config: BrokerConfig) -> Any:
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
 class ShardActor:
     def __init__(self, shard_id: int, config: dict[str, Any], shards: list[tuple[int, str, int]],
-                 metadata_actor: Any | None, ray_namespace: str) -> None:
+                 metadata_actor: str | None, ray_namespace: str) -> None:
         self.shard_id = shard_id
         self.config = BrokerConfig(**config)
         setup_logging(self.config.log_level, self.config.log_json)
@@ -63,7 +63,7 @@ class ShardActor:
         return await getattr(handle, method).remote(*args)
 
     async def _start(self) -> ShardAddress:
-        core = ShardCore(self.shard_id, self.config, meta=open_metadata_store(self.config, self.metadata_actor),
+        core = ShardCore(self.shard_id, self.config, meta=open_metadata_store(self.config, self.metadata_actor, self.ray_namespace),
                          objects=open_object_store(self.config), shards=self.shards, forward=self._forward)
         address = await core.start()
         self.core = core

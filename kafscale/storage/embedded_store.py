@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS kv (
     lease INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS kv_by_lease ON kv (lease) WHERE lease != 0;
+-- expires_at is wall-clock time (time.time()): a deadline has to mean the same after a restart.
 CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, ttl REAL NOT NULL, expires_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     revision INTEGER NOT NULL,
@@ -206,9 +207,7 @@ class EmbeddedStore(MetadataStore):
         self._apply(fx)
 
         self._queue: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
-        self._writer = threading.Thread(
-            target=self._writer_main, name=f"embedded-store:{self.path}", daemon=True
-        )
+        self._writer = threading.Thread(target=self._writer_main, name=f"embedded-store:{self.path}", daemon=True)
         self._writer.start()
 
     # ------------------------------------------------------------------ setup helpers
@@ -229,8 +228,7 @@ class EmbeddedStore(MetadataStore):
     @staticmethod
     def _set_meta(conn: sqlite3.Connection, name: str, value: int) -> None:
         conn.execute(
-            "INSERT INTO meta (name, value) VALUES (?, ?)"
-            " ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
             (name, value),
         )
 
@@ -239,9 +237,12 @@ class EmbeddedStore(MetadataStore):
         self._compact_revision = self._meta(conn, "compact_revision")
         self._buf = {}
         self._buf_start = self._revision + 1
+        self._reload_leases(conn)
+
+    def _reload_leases(self, conn: sqlite3.Connection | None = None) -> None:
         self._leases = {}
         self._lease_heap = []
-        for lease_id, expires_at in conn.execute("SELECT id, expires_at FROM leases"):
+        for lease_id, expires_at in (conn or self._rconn).execute("SELECT id, expires_at FROM leases"):
             self._set_lease(lease_id, expires_at)
 
     def _bind(self) -> asyncio.AbstractEventLoop:
@@ -307,9 +308,7 @@ class EmbeddedStore(MetadataStore):
                 except Exception as e:
                     conn.execute("ROLLBACK TO op")
                     self._w_revision = saved_revision
-                    result = (
-                        e if isinstance(e, MetadataStoreError | ValueError) else MetadataStoreError(str(e))
-                    )
+                    result = e if isinstance(e, MetadataStoreError | ValueError) else MetadataStoreError(str(e))
                 else:
                     group_fx.extend(fx)
                 conn.execute("RELEASE op")
@@ -485,9 +484,7 @@ class EmbeddedStore(MetadataStore):
         lease_id = self._meta(self._wconn, "last_lease_id") + 1
         self._set_meta(self._wconn, "last_lease_id", lease_id)
         expires_at = time.time() + ttl
-        self._wconn.execute(
-            "INSERT INTO leases (id, ttl, expires_at) VALUES (?, ?, ?)", (lease_id, ttl, expires_at)
-        )
+        self._wconn.execute("INSERT INTO leases (id, ttl, expires_at) VALUES (?, ?, ?)", (lease_id, ttl, expires_at))
         fx.lease_changes.append((lease_id, expires_at))
         return lease_id
 
@@ -558,12 +555,18 @@ class EmbeddedStore(MetadataStore):
             delay = self._next_expiry() - time.time()
             if delay <= 0:
                 try:
-                    await self._submit(self._w_expire_leases)
+                    expired = await self._submit(self._w_expire_leases)
                 except MetadataStoreError:
                     if self._closed:
                         return
                     log.exception("lease expiry failed; retrying")
                     await asyncio.sleep(_LEASE_POLL_MAX)
+                    continue
+                if not expired:
+                    # Due here but not on disk: the wall clock stepped back, or the mirror is stale.
+                    # Re-read the deadlines and pause, rather than spin.
+                    self._reload_leases()
+                    await asyncio.sleep(0.05)
                 continue
             self._lease_wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -613,9 +616,7 @@ class EmbeddedStore(MetadataStore):
         result: TxnResult = await self._submit(self._w_txn, (), (Delete(key, prefix),), ())
         return int(result.responses[0])
 
-    async def txn(
-        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
-    ) -> TxnResult:
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
         # Compares and reads of a txn go through the writer too: they must see the same state as its writes.
         await self._expire_due_leases()
         return await self._submit(self._w_txn, tuple(compares), tuple(success), tuple(failure))
@@ -645,9 +646,7 @@ class EmbeddedStore(MetadataStore):
         while not self._closed:
             wake = self._wake  # taken before looking, so a commit landing meanwhile still wakes us
             if next_rev < self._compact_revision:
-                raise CompactedError(
-                    f"revision {next_rev} is compacted (oldest kept: {self._compact_revision})"
-                )
+                raise CompactedError(f"revision {next_rev} is compacted (oldest kept: {self._compact_revision})")
             if next_rev > self._revision:
                 await wake.wait()
                 continue

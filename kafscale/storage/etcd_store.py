@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, TypeVar
@@ -19,15 +20,10 @@ import grpc
 import grpc.aio
 import msgpack
 from etcd3aio import EtcdError, prefix_range_end
-from etcd3aio._protobuf import (  # generated protobuf types; etcd3aio exposes no public alias
-    Compare as PbCompare,
-)
-from etcd3aio._protobuf import (
-    RequestOp,
-    WatchCreateRequest,
-    WatchRequest,
-    WatchStub,
-)
+
+# The generated protobuf types: etcd3aio has no public name for them.
+from etcd3aio._protobuf import Compare as PbCompare
+from etcd3aio._protobuf import RequestOp, WatchCreateRequest, WatchRequest, WatchStub
 from etcd3aio.connections import ConnectionManager
 from etcd3aio.kv import KVService
 from etcd3aio.lease import LeaseService
@@ -47,6 +43,7 @@ from kafscale.storage.metadata_store import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _COMPARE_RESULT = {
     "==": PbCompare.EQUAL,
@@ -170,9 +167,7 @@ class EtcdStore(MetadataStore):
 
     async def revision(self) -> int:
         kv, _ = self._connect()
-        resp = await self._call(
-            "revision", kv.get(self._ns or b"\x00", count_only=True, timeout=self._timeout)
-        )
+        resp = await self._call("revision", kv.get(self._ns or b"\x00", count_only=True, timeout=self._timeout))
         return int(resp.header.revision)
 
     # ------------------------------------------------------------------ writes
@@ -219,9 +214,7 @@ class EtcdStore(MetadataStore):
             return int(resp.response_delete_range.deleted)
         return None
 
-    async def txn(
-        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
-    ) -> TxnResult:
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
         kv, _ = self._connect()
         resp = await self._call(
             "txn",
@@ -240,9 +233,7 @@ class EtcdStore(MetadataStore):
     async def compact(self, revision: int) -> None:
         """Drop etcd's history before revision (cluster-wide: etcd has one history for all prefixes)."""
         kv, _ = self._connect()
-        await self._call(
-            "compact", kv.compact(revision, physical=True, timeout=self._timeout, max_attempts=1)
-        )
+        await self._call("compact", kv.compact(revision, physical=True, timeout=self._timeout, max_attempts=1))
 
     # ------------------------------------------------------------------ leases
 
@@ -325,6 +316,7 @@ class EtcdStore(MetadataStore):
                     return
                 if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     raise MetadataStoreError(f"etcd watch failed: {e}") from e
+                log.info("etcd watch on %r lost (%s); resuming from revision %d", prefix, e.code().name, next_rev)
             finally:
                 self._watch_calls.discard(call)
                 call.cancel()
@@ -348,7 +340,5 @@ class EtcdStore(MetadataStore):
 
 
 async def _watch_requests(key: bytes, end: bytes, start_revision: int) -> AsyncIterator[WatchRequest]:
-    yield WatchRequest(
-        create_request=WatchCreateRequest(key=key, range_end=end, start_revision=start_revision)
-    )
+    yield WatchRequest(create_request=WatchCreateRequest(key=key, range_end=end, start_revision=start_revision))
     await asyncio.Event().wait()  # keep the request side open: closing it ends the watch

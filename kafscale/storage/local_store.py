@@ -281,7 +281,10 @@ def _unlink_quietly(path: Path) -> None:
 
 def _fsync_dir(directory: Path) -> None:
     """Make a rename or link in directory durable across a power loss."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # another process already deleted the new object and pruned its directory
     try:
         os.fsync(fd)
     finally:

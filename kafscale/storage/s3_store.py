@@ -1,7 +1,9 @@
 """ObjectStore on S3 (or any S3-compatible server) through boto3.
 
 One boto3 client is created in the constructor and shared by every thread: botocore clients are
-thread-safe once built, while building them (sessions, credential resolution) is not.
+thread-safe once built, while building them is not. Clients are built under a lock from one
+process-wide session, whose parsed service model and resolved default credentials are cached:
+about 0.05 s per client instead of 0.3 s with a new session each time (Spark tasks build many).
 
 Retries live here rather than in botocore, for two reasons: a GET's body is streamed after botocore
 has returned, so a connection dropped mid-body is only retried if the whole call is; and a
@@ -12,6 +14,7 @@ applied) can meet its own object and get 412, which only this layer can recognis
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -30,6 +33,9 @@ from botocore.exceptions import (
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
 
 T = TypeVar("T")
+
+_session_lock = threading.Lock()
+_session: boto3.session.Session | None = None
 
 # Errors after which the same request may succeed; botocore's own "standard" mode list plus S3's.
 _RETRYABLE_CODES = frozenset(
@@ -55,6 +61,30 @@ _DELETE_BATCH = 1000  # DeleteObjects accepts at most 1,000 keys per request
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
 _UNHANDLED: Any = object()  # returned by an on_error hook that leaves the error to _call
+
+
+def s3_client(
+    *,
+    endpoint_url: str | None,
+    region: str,
+    access_key: str | None,
+    secret_key: str | None,
+    config: Config | None = None,
+) -> Any:
+    """A new boto3 S3 client; credentials left unset come from boto3's default chain."""
+    global _session
+    with _session_lock:
+        if _session is None:
+            # Not boto3's default session: other code may reconfigure that one at any time.
+            _session = boto3.session.Session()
+        return _session.client(
+            "s3",
+            endpoint_url=endpoint_url or None,
+            region_name=region,
+            aws_access_key_id=access_key or None,
+            aws_secret_access_key=secret_key or None,
+            config=config,
+        )
 
 
 def _error_code(exc: ClientError) -> str:
@@ -115,13 +145,9 @@ class S3Store(ObjectStore):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        # A private session: boto3's default session is shared process-wide and not thread-safe.
-        session = boto3.session.Session(
-            aws_access_key_id=access_key or None,
-            aws_secret_access_key=secret_key or None,
-            region_name=region,
+        self._client = s3_client(
+            endpoint_url=endpoint_url, region=region, access_key=access_key, secret_key=secret_key, config=config
         )
-        self._client = session.client("s3", endpoint_url=endpoint_url or None, config=config)
         if create_bucket:
             self._create_bucket()
 
@@ -174,9 +200,7 @@ class S3Store(ObjectStore):
         raise AssertionError("unreachable")
 
     def _failure(self, op: str, key: str | None, exc: Exception, attempts: int) -> ObjectStoreError:
-        return ObjectStoreError(
-            f"S3 {op} {self._where(key)} failed after {attempts} attempt(s): {_describe(exc)}"
-        )
+        return ObjectStoreError(f"S3 {op} {self._where(key)} failed after {attempts} attempt(s): {_describe(exc)}")
 
     def _create_bucket(self) -> None:
         kwargs: dict[str, Any] = {"Bucket": self.bucket}
@@ -186,9 +210,7 @@ class S3Store(ObjectStore):
         def already_there(exc: ClientError, _ambiguous: bool) -> Any:
             return None if _error_code(exc) == "BucketAlreadyOwnedByYou" else _UNHANDLED
 
-        self._call(
-            "create_bucket", None, lambda: self._client.create_bucket(**kwargs), on_error=already_there
-        )
+        self._call("create_bucket", None, lambda: self._client.create_bucket(**kwargs), on_error=already_there)
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -235,9 +257,7 @@ class S3Store(ObjectStore):
             return b""
 
         def attempt() -> bytes:
-            resp = self._client.get_object(
-                Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
-            )
+            resp = self._client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
             with resp["Body"] as body:
                 data = body.read()
             if resp["ResponseMetadata"]["HTTPStatusCode"] == 200:
@@ -286,9 +306,7 @@ class S3Store(ObjectStore):
                 request.pop("ContinuationToken", None)
                 request["StartAfter"] = contents[-1]["Key"]
             else:
-                raise ObjectStoreError(
-                    f"S3 list {self._where(what)}: truncated page without a way to continue"
-                )
+                raise ObjectStoreError(f"S3 list {self._where(what)}: truncated page without a way to continue")
 
     # -- deletes ----------------------------------------------------------------------------------
 
@@ -297,9 +315,7 @@ class S3Store(ObjectStore):
             # S3 answers 204 for a missing key; some compatible servers say NoSuchKey instead.
             return None if _error_code(exc) in _NOT_FOUND_CODES else _UNHANDLED
 
-        self._call(
-            "delete", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=key), on_error=on_error
-        )
+        self._call("delete", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=key), on_error=on_error)
 
     def delete_many(self, keys: list[str]) -> None:
         for i in range(0, len(keys), _DELETE_BATCH):
@@ -312,12 +328,8 @@ class S3Store(ObjectStore):
             )
             errors = [e for e in resp.get("Errors", []) if e.get("Code") not in _NOT_FOUND_CODES]
             if errors:
-                sample = ", ".join(
-                    f"{e.get('Key')}: {e.get('Code')} {e.get('Message', '')}" for e in errors[:5]
-                )
-                raise ObjectStoreError(
-                    f"S3 delete_many in {self._where(None)}: {len(errors)} key(s) failed: {sample}"
-                )
+                sample = ", ".join(f"{e.get('Key')}: {e.get('Code')} {e.get('Message', '')}" for e in errors[:5])
+                raise ObjectStoreError(f"S3 delete_many in {self._where(None)}: {len(errors)} key(s) failed: {sample}")
 
     def close(self) -> None:
         self._client.close()

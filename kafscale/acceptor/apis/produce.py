@@ -1,4 +1,12 @@
-"""Produce v3-v11: hand each partition's batches to its owner; answer per acks."""
+"""Produce v3-v11: hand each partition's batches to its owner; answer per acks.
+
+v0-v2 are advertised but not served, as Kafka 4 does (KAFKA-18659): librdkafka up to 2.11 checks a
+codec against the broker's Produce range with a fixed *minimum* version (0 for gzip, snappy and lz4),
+so a broker advertising Produce from v3 gets every gzip/snappy/lz4 batch sent uncompressed by kcat
+and older librdkafka clients. Clients negotiate the highest common version, so none sends v0-v2 but
+one that knows nothing newer; those carry legacy message sets, which the broker cannot store, and
+every partition in them is answered UNSUPPORTED_VERSION.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,8 @@ from kafscale.acceptor.router import RequestContext, Router
 if TYPE_CHECKING:
     from kafscale.actors.shard import ShardCore
 
-API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 11
+API_KEY, MIN_VERSION, MAX_VERSION = 0, 0, 11
+FIRST_SERVED_VERSION = 3  # v0-v2 carry legacy (magic 0/1) message sets
 
 
 def register(router: Router, shard: ShardCore) -> None:
@@ -25,9 +34,11 @@ def register(router: Router, shard: ShardCore) -> None:
         for topic in req.topic_data:
             for part in topic.partition_data:
                 key = (topic.name, int(part.index))
-                if acks not in (-1, 0, 1):
+                if ctx.api_version < FIRST_SERVED_VERSION:
+                    errors[key] = {"error": int(ErrorCode.unsupported_version)}
+                elif acks not in (-1, 0, 1):
                     errors[key] = {"error": int(ErrorCode.invalid_required_acks)}
-                elif req.transactional_id is not None:
+                elif getattr(req, "transactional_id", None) is not None:
                     errors[key] = {"error": int(ErrorCode.transactional_id_authorization_failed)}
                 elif part.records is None:
                     errors[key] = {"error": int(ErrorCode.invalid_record), "message": "no records"}

@@ -1,0 +1,86 @@
+"""`kafscale serve` as a child process, for end-to-end tests and benchmarks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kafscale.testing.ports import free_port
+
+
+class ServeProcess:
+    def __init__(self, data_dir: str | Path, *, shards: int = 2, extra_args: list[str] | None = None,
+                 ports: list[int] | None = None, log_path: str | Path | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.shards = shards
+        self.ports = ports or [free_port() for _ in range(shards)]
+        self.extra_args = extra_args or []
+        self.log_path = Path(log_path) if log_path else self.data_dir.with_name(self.data_dir.name + "-serve.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ports[0]}"
+
+    def start(self, timeout: float = 120) -> ServeProcess:
+        args = [sys.executable, "-m", "kafscale.cli", "serve", "--listen", self.bootstrap,
+                "--shard-ports", ",".join(map(str, self.ports)), "--shards", str(self.shards),
+                "--data-dir", str(self.data_dir), *self.extra_args]
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kafscale serve exited with {self.proc.returncode}; log: {self.log_path}")
+            if b" ready: " in self.log_path.read_bytes():
+                return self
+            time.sleep(0.2)
+        self.kill()
+        raise TimeoutError(f"kafscale serve not ready after {timeout}s; log: {self.log_path}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """kill -9 of the serve process alone; its Ray runtime's watchdog ends the rest."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._wait_ports_free()
+
+    def terminate(self, timeout: float = 90) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        self._wait_ports_free()
+        return code
+
+    def _wait_ports_free(self, timeout: float = 30) -> None:
+        import socket
+
+        deadline = time.monotonic() + timeout
+        for port in self.ports:
+            while time.monotonic() < deadline:
+                with contextlib.closing(socket.socket()) as s:
+                    if s.connect_ex(("127.0.0.1", port)) != 0:
+                        break
+                time.sleep(0.2)
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.terminate()
+            except Exception:
+                self.kill()

@@ -1,0 +1,763 @@
+"""PartitionOwner driven directly: offsets, group commit, visibility, recovery, fencing, idempotence, faults.
+
+Owners run against real stores (EmbeddedStore + a local directory; real etcd + moto S3 where the point
+is the real components). Faults are injected by thin wrappers around those stores, because an outage
+at an exact moment cannot be produced otherwise deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kio.schema.errors import ErrorCode
+
+from kafscale.actors.partition_owner import AppendOutcome, OwnerSettings, PartitionError, PartitionOwner
+from kafscale.cluster import keys
+from kafscale.storage import keys as object_keys
+from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.batch import check_crc, split_batches
+from kafscale.storage.cache import ByteLRU
+from kafscale.storage.embedded_store import EmbeddedStore
+from kafscale.storage.etcd_store import EtcdStore
+from kafscale.storage.health import HealthState, HealthThresholds, HealthTracker
+from kafscale.storage.local_store import LocalDirStore
+from kafscale.storage.metadata_store import Compare, KeyValue, MetadataStore, MetadataStoreError, Op, TxnResult
+from kafscale.storage.object_store import ObjectInfo, ObjectStore, ObjectStoreError
+from kafscale.storage.segment import SegmentReader, build_segment
+from kafscale.testing.etcd_server import EtcdServer
+from kafscale.testing.s3_servers import MotoS3Server
+
+TOPIC = "orders"
+NS = "default"
+INT32_MAX = 2**31 - 1
+
+
+# ---------------------------------------------------------------- helpers (test_read_path.py uses them too)
+
+
+def batch(
+    values: Sequence[bytes],
+    *,
+    pid: int = -1,
+    epoch: int = -1,
+    seq: int = -1,
+    ts: int | Sequence[int] = 1_000,
+    codec: int = 0,
+) -> bytes:
+    """One v2 record batch built by aiokafka (an independent implementation of the format)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=codec, is_transactional=0, producer_id=pid, producer_epoch=epoch,
+        base_sequence=seq, batch_size=1 << 30,
+    )
+    for i, value in enumerate(values):
+        stamp = ts if isinstance(ts, int) else ts[i]
+        assert builder.append(i, timestamp=stamp, key=None, value=value, headers=[]) is not None
+    return bytes(builder.build())
+
+
+def records_of(data: bytes | memoryview) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record in concatenated batches."""
+    out: list[tuple[int, bytes]] = []
+    for pos, header in split_batches(data, verify_crc=True):
+        for record in DefaultRecordBatch(bytes(data[pos : pos + header.size])):
+            out.append((record.offset, bytes(record.value)))
+    return out
+
+
+def values(n: int, prefix: str = "v", size: int = 0) -> list[bytes]:
+    return [f"{prefix}{i}".encode().ljust(size, b".") for i in range(n)]
+
+
+async def eventually(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+async def durable(outcome: AppendOutcome, timeout: float = 10.0) -> None:
+    """The append was accepted and its records are now committed."""
+    assert outcome.error == ErrorCode.none, outcome
+    assert outcome.durable is not None
+    await asyncio.wait_for(asyncio.shield(outcome.durable), timeout)
+
+
+async def retry_answered(outcome: AppendOutcome, base_offset: int) -> None:
+    """A retried batch was answered with its original offsets (a retry of committed data has nothing to wait
+    for; one of still-buffered data waits for the original's commit)."""
+    assert outcome.error == ErrorCode.none, outcome
+    assert outcome.base_offset == base_offset
+    if outcome.durable is not None:
+        await asyncio.wait_for(asyncio.shield(outcome.durable), 10)
+
+
+async def read_all(owner: PartitionOwner, max_bytes: int = 1 << 20) -> list[tuple[int, bytes]]:
+    """Every committed record, read through the owner's read path from its log start to its high watermark."""
+    out: list[tuple[int, bytes]] = []
+    offset = owner.log_start_offset
+    while offset < owner.high_watermark:
+        recs = [r for r in records_of(await owner.reader.read(offset, max_bytes)) if r[0] >= offset]
+        assert recs, f"read at {offset} returned nothing below the high watermark {owner.high_watermark}"
+        out += recs
+        offset = recs[-1][0] + 1
+    return out
+
+
+def stored_segments(store: ObjectStore, topic: str = TOPIC, partition: int = 0) -> dict[int, SegmentReader]:
+    """Every segment object of the partition, fully verified (header, batch CRCs, footer CRC)."""
+    out: dict[int, SegmentReader] = {}
+    for info in store.list(object_keys.partition_prefix(NS, topic, partition)):
+        parsed = object_keys.parse_segment_key(info.key)
+        if parsed is not None and parsed.kind == "kfs":
+            out[parsed.base_offset] = SegmentReader(store.get(info.key), key=info.key, verify=True)
+    return out
+
+
+def stored_records(store: ObjectStore) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    for _, reader in sorted(stored_segments(store).items()):
+        for pos, header in reader.batches():
+            out += records_of(reader.batch_bytes(pos, header))
+    return out
+
+
+def segment_object_key(base: int) -> str:
+    return object_keys.segment_key(NS, TOPIC, 0, base)
+
+
+class FlakyObjects(ObjectStore):
+    """An ObjectStore that counts calls, holds them while `gate` is clear, and fails them with
+    ObjectStoreError while `failing`. Calls run on the async store's threads, hence a threading.Event."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.gate = threading.Event()
+        self.gate.set()
+        self.failing = False
+        self.failures = 0
+        self.calls: Counter[str] = Counter()
+        self.deleted: list[str] = []
+
+    def _enter(self, op: str) -> None:
+        self.calls[op] += 1
+        assert self.gate.wait(timeout=30), "gate left closed"
+        if self.failing:
+            self.failures += 1
+            raise ObjectStoreError(f"injected outage ({op})")
+
+    def put(self, key: str, data: bytes) -> None:
+        self._enter("put")
+        self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._enter("put_if_absent")
+        return self.inner.put_if_absent(key, data)
+
+    def get(self, key: str) -> bytes:
+        self._enter("get")
+        return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self._enter("get_range")
+        return self.inner.get_range(key, start, length)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        self._enter("head")
+        return self.inner.head(key)
+
+    def list(self, prefix: str, start_after: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
+        self._enter("list")
+        return self.inner.list(prefix, start_after, page_size)
+
+    def delete(self, key: str) -> None:
+        self._enter("delete")
+        self.deleted.append(key)
+        self.inner.delete(key)
+
+
+class FlakyMeta(MetadataStore):
+    """A MetadataStore wrapper: holds transactions at a gate, fails them before or after applying them."""
+
+    def __init__(self, inner: MetadataStore) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail_txn_before = 0  # raise without applying, this many times
+        self.fail_txn_after = 0  # apply, then raise as if the reply was lost, this many times
+        self.fail_get = 0
+        self.txn_attempts = 0
+        self.txns_applied = 0
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        """How a transaction fails is decided when it arrives, before it waits at the gate."""
+        self.txn_attempts += 1
+        fail_before, fail_after = self.fail_txn_before > 0, self.fail_txn_after > 0
+        self.fail_txn_before -= fail_before
+        self.fail_txn_after -= fail_after
+        await self.gate.wait()
+        if fail_before:
+            raise MetadataStoreError("injected: transaction not applied")
+        result = await self.inner.txn(compares, success, failure)
+        self.txns_applied += int(result.succeeded)
+        if fail_after:
+            raise MetadataStoreError("injected: transaction applied, reply lost")
+        return result
+
+    async def get(self, key: str) -> KeyValue | None:
+        if self.fail_get > 0:
+            self.fail_get -= 1
+            raise MetadataStoreError("injected: get failed")
+        return await self.inner.get(key)
+
+    async def range(self, prefix: str) -> list[KeyValue]:
+        return await self.inner.range(prefix)
+
+    async def put(self, key: str, value: Any, lease: int = 0) -> int:
+        return await self.inner.put(key, value, lease)
+
+    async def delete(self, key: str, prefix: bool = False) -> int:
+        return await self.inner.delete(key, prefix)
+
+    async def revision(self) -> int:
+        return await self.inner.revision()
+
+    async def lease_grant(self, ttl_seconds: float) -> int:
+        return await self.inner.lease_grant(ttl_seconds)
+
+    async def lease_keepalive(self, lease_id: int) -> bool:
+        return await self.inner.lease_keepalive(lease_id)
+
+    async def lease_revoke(self, lease_id: int) -> None:
+        await self.inner.lease_revoke(lease_id)
+
+    def watch(self, prefix: str, start_revision: int = 0) -> AsyncIterator[Any]:
+        return self.inner.watch(prefix, start_revision)
+
+    async def close(self) -> None:
+        """The wrapped store belongs to the test's fixture."""
+
+
+class Env:
+    """One partition's stores, and the owners a test opens on them (each with its own fresh cache, as a
+    new process would have, unless given one)."""
+
+    def __init__(self, meta: MetadataStore, store: ObjectStore) -> None:
+        self.meta = meta
+        self.store = store
+        self.objects = AsyncObjectStore(store)
+        self.owners: list[PartitionOwner] = []
+        self._extra: list[AsyncObjectStore] = []
+
+    def async_objects(self, store: ObjectStore, health: HealthTracker | None = None) -> AsyncObjectStore:
+        wrapped = AsyncObjectStore(store, health=health)
+        self._extra.append(wrapped)
+        return wrapped
+
+    async def owner(
+        self,
+        *,
+        meta: MetadataStore | None = None,
+        objects: AsyncObjectStore | None = None,
+        cache: ByteLRU | None = None,
+        **settings: Any,
+    ) -> PartitionOwner:
+        settings.setdefault("flush_interval_ms", 20)
+        owner = PartitionOwner(
+            TOPIC, 0, shard_id=len(self.owners), meta=meta or self.meta, objects=objects or self.objects,
+            cache=cache or ByteLRU(64 << 20), settings=OwnerSettings(namespace=NS, **settings),
+        )
+        await owner.open()
+        self.owners.append(owner)
+        return owner
+
+    async def aclose(self) -> None:
+        for owner in self.owners:
+            await owner.close(flush=False)
+        for objects in [self.objects, *self._extra]:
+            objects.close()
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    meta = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
+    e = Env(meta, LocalDirStore(tmp_path / "objects"))
+    try:
+        yield e
+    finally:
+        await e.aclose()
+        await meta.close()
+
+
+@pytest.fixture(params=["embedded+local", "etcd+moto"])
+def real_servers(request: pytest.FixtureRequest) -> tuple[EtcdServer, MotoS3Server] | None:
+    """Session servers are fetched here, outside any event loop, and only for the backend in use."""
+    if request.param == "etcd+moto":
+        return request.getfixturevalue("etcd_server"), request.getfixturevalue("moto_server")
+    return None
+
+
+@pytest.fixture
+async def real_env(real_servers: tuple[EtcdServer, MotoS3Server] | None, tmp_path: Path) -> AsyncIterator[Env]:
+    """The same tests on the embedded stores and on a real etcd plus a real S3 API (moto)."""
+    if real_servers is None:
+        meta: MetadataStore = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
+        store: ObjectStore = LocalDirStore(tmp_path / "objects")
+    else:
+        etcd, moto = real_servers
+        meta = EtcdStore(etcd.endpoint, prefix=f"/test-{uuid.uuid4().hex[:12]}/")
+        store = moto.store()
+    e = Env(meta, store)
+    try:
+        yield e
+    finally:
+        await e.aclose()
+        if real_servers is not None:
+            await meta.delete("", prefix=True)
+            real_servers[1].delete_bucket(store.bucket)  # type: ignore[attr-defined]
+        await meta.close()
+
+
+# ---------------------------------------------------------------- offsets
+
+
+async def test_offsets_contiguous_across_batches_requests_and_segments(env: Env) -> None:
+    owner = await env.owner()
+    # One request carrying several batches, a second request in the same flush window, and a third
+    # after the first segment committed (so it lands in a second segment).
+    first = await owner.append(batch(values(2, "a")) + batch(values(3, "b"), codec=1) + batch(values(1, "c")), acks=-1)
+    second = await owner.append(batch(values(4, "d"), codec=3), acks=-1)
+    await durable(first)
+    await durable(second)
+    third = await owner.append(batch(values(2, "e"), codec=4), acks=-1)
+    await durable(third)
+
+    assert (first.base_offset, second.base_offset, third.base_offset) == (0, 6, 10)
+    assert owner.high_watermark == owner.next_offset == 12
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 9), (10, 11)]
+
+    segments = stored_segments(env.store)
+    assert sorted(segments) == [0, 10]
+    bases = []
+    for reader in segments.values():
+        for pos, header in reader.batches():
+            check_crc(reader.batch_bytes(pos, header), 0, header)  # the patched base offset kept the CRC valid
+            bases.append(header.base_offset)
+    assert sorted(bases) == [0, 2, 5, 6, 10]
+    expected_values = values(2, "a") + values(3, "b") + values(1, "c") + values(4, "d") + values(2, "e")
+    assert stored_records(env.store) == list(enumerate(expected_values))
+    assert await read_all(owner) == list(enumerate(expected_values))
+
+
+# ---------------------------------------------------------------- group commit
+
+
+async def test_appends_within_one_flush_window_share_one_segment(env: Env) -> None:
+    owner = await env.owner(flush_interval_ms=300)
+    outcomes = [await owner.append(batch([f"r{i}".encode()]), acks=-1) for i in range(50)]
+    await asyncio.gather(*(durable(o) for o in outcomes))
+
+    assert [o.base_offset for o in outcomes] == list(range(50))
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 49)]
+    assert len(await env.meta.range(keys.segments(TOPIC, 0))) == 1
+    assert sorted(info.key for info in env.store.list(f"{NS}/{TOPIC}/0/")) == [
+        object_keys.index_key(NS, TOPIC, 0, 0), segment_object_key(0)]
+
+
+async def test_timer_flushes_without_further_appends(env: Env) -> None:
+    owner = await env.owner(flush_interval_ms=30)
+    started = time.monotonic()
+    outcome = await owner.append(batch(values(3)), acks=-1)
+    await durable(outcome, timeout=5)  # nothing else happens: only the timer can have flushed
+    assert time.monotonic() - started >= 0.03
+    assert owner.high_watermark == 3
+    assert sorted(stored_segments(env.store)) == [0]
+
+
+async def test_size_triggered_flush_at_segment_bytes_and_close_flushes_the_tail(env: Env) -> None:
+    owner = await env.owner(segment_bytes=4096, flush_interval_ms=600_000)  # the timer never fires here
+    outcomes = []
+    while owner.pending_bytes() < 4096:  # nothing yields in between, so nothing is flushed yet
+        outcomes.append(await owner.append(batch(values(1, f"big{len(outcomes)}-", 1000)), acks=-1))
+    for outcome in outcomes:
+        await durable(outcome, timeout=5)
+    first_segment = len(outcomes)
+    assert [(s.base, s.last) for s in owner.segments] == [(0, first_segment - 1)]
+    assert owner.segments[0].size >= 4096
+
+    tail = await owner.append(batch(values(2, "tail")), acks=-1)
+    await asyncio.sleep(0.1)  # a negative check: give a wrong flush the chance to happen
+    assert tail.durable is not None and not tail.durable.done()
+    assert owner.high_watermark == first_segment
+
+    await owner.close()
+    assert tail.durable.done() and tail.durable.exception() is None
+    successor = await env.owner()
+    assert successor.high_watermark == first_segment + 2
+    assert [(s.base, s.last) for s in successor.segments] == [(0, first_segment - 1),
+                                                              (first_segment, first_segment + 1)]
+
+
+# ---------------------------------------------------------------- visibility
+
+
+async def test_records_are_invisible_and_unacknowledged_until_their_segment_commits(env: Env) -> None:
+    flaky = FlakyMeta(env.meta)
+    owner = await env.owner(meta=flaky)
+    flaky.gate.clear()  # commits wait here
+    outcome = await owner.append(batch(values(3)), acks=-1)
+    assert outcome.durable is not None
+    committed_when_acked: list[int] = []
+    outcome.durable.add_done_callback(lambda _f: committed_when_acked.append(flaky.txns_applied))
+
+    await eventually(lambda: flaky.txn_attempts == 2, "the commit to reach the metadata store")  # open + commit
+    assert segment_object_key(0) in [i.key for i in env.store.list(f"{NS}/{TOPIC}/0/")]  # uploaded already
+    assert owner.high_watermark == 0
+    assert owner.segments == [] and owner.segment_for(0) is None
+    assert await owner.reader.read(0, 1 << 20) == b""
+    assert await owner.reader.offset_for_timestamp(0) is None
+    assert not outcome.durable.done()
+    assert await env.meta.get(keys.state(TOPIC, 0)) is None
+
+    flaky.gate.set()
+    await durable(outcome)
+    assert committed_when_acked == [2]  # the owner-key CAS of open(), then this segment's commit
+    assert owner.high_watermark == 3
+    assert await read_all(owner) == list(enumerate(values(3)))
+
+
+# ---------------------------------------------------------------- recovery
+
+
+async def test_new_owner_resumes_at_committed_watermark_with_producer_state(env: Env) -> None:
+    flaky = FlakyMeta(env.meta)
+    first = await env.owner(meta=flaky)
+    b0 = batch(values(3, "a"), pid=7, epoch=0, seq=0)
+    b1 = batch(values(2, "b"), pid=7, epoch=0, seq=3)
+    await durable(await first.append(b0, acks=-1))
+    await durable(await first.append(b1, acks=-1))
+    flaky.gate.clear()
+    lost = await first.append(batch(values(1, "lost"), pid=7, epoch=0, seq=5), acks=-1)
+    await eventually(lambda: flaky.txn_attempts == 4, "the last commit to be held")
+    await first.close(flush=False)  # dies before that commit
+    assert lost.durable is not None and isinstance(lost.durable.exception(), PartitionError)
+
+    second = await env.owner()
+    assert second.epoch == first.epoch + 1
+    assert second.high_watermark == second.next_offset == 5
+    assert await read_all(second) == list(enumerate(values(3, "a") + values(2, "b")))
+    for retried, original in ((b0, 0), (b1, 3)):  # retries from before the restart
+        await retry_answered(await second.append(retried, acks=-1), original)
+    # The producer resends the batch that was lost; it follows on and takes the next offset.
+    resent = await second.append(batch(values(1, "lost"), pid=7, epoch=0, seq=5), acks=-1)
+    await durable(resent)
+    assert resent.base_offset == 5
+    assert await read_all(second) == list(enumerate(values(3, "a") + values(2, "b") + values(1, "lost")))
+    assert stored_records(env.store) == list(enumerate(values(3, "a") + values(2, "b") + values(1, "lost")))
+
+
+async def test_committed_producer_state_holds_only_committed_batches(env: Env) -> None:
+    """A segment's commit persists the producer state as of its own last batch, not batches buffered
+    after it: a successor would otherwise answer a retry of an uncommitted batch with offsets that were
+    never written."""
+    flaky = FlakyMeta(env.meta)
+    flaky_objects = FlakyObjects(env.store)
+    first = await env.owner(meta=flaky, objects=env.async_objects(flaky_objects))
+    flaky_objects.gate.clear()
+    held = await first.append(batch(values(2, "a"), pid=9, epoch=0, seq=0), acks=-1)
+    await eventually(lambda: flaky_objects.calls["put_if_absent"] > 0, "the first upload to be held")
+    buffered = await first.append(batch(values(2, "b"), pid=9, epoch=0, seq=2), acks=-1)
+    flaky.gate.clear()
+    flaky_objects.gate.set()
+    await eventually(lambda: flaky.txn_attempts == 2, "the first commit to arrive")  # open() made the first
+    flaky.fail_txn_before = 1_000  # it goes through; every later commit fails
+    flaky.gate.set()
+    await durable(held)
+    await eventually(lambda: flaky.txn_attempts >= 4, "the second commit to fail")
+    await first.close(flush=False)
+    assert buffered.durable is not None and isinstance(buffered.durable.exception(), PartitionError)
+
+    stored = await env.meta.get(keys.producer(TOPIC, 0, 9))
+    assert stored is not None and stored.value["batches"] == [[0, 1, 0, 1]]
+    second = await env.owner()
+    assert second.high_watermark == 2
+    retry = await second.append(batch(values(2, "b"), pid=9, epoch=0, seq=2), acks=-1)
+    await durable(retry)
+    assert second.high_watermark == 4  # written now, not mistaken for a duplicate
+    assert await read_all(second) == list(enumerate(values(2, "a") + values(2, "b")))
+
+
+# ---------------------------------------------------------------- uncommitted objects
+
+
+async def test_uploaded_but_uncommitted_segment_is_never_served_and_gets_replaced(env: Env) -> None:
+    flaky_objects = FlakyObjects(env.store)
+    objects = env.async_objects(flaky_objects)
+    first = await env.owner(objects=objects)
+    await durable(await first.append(batch(values(3, "ok")), acks=-1))
+    await first.close()
+    # An owner that uploaded the next segment and died before committing it.
+    ghost = bytearray(batch(values(2, "ghost"), ts=5_000))
+    ghost[0:8] = (3).to_bytes(8, "big")
+    built = build_segment([ghost], created_ms=1)
+    env.store.put(segment_object_key(3), built.data)
+    env.store.put(object_keys.index_key(NS, TOPIC, 0, 3), built.index)
+
+    second = await env.owner(objects=objects)
+    assert second.high_watermark == 3
+    assert second.segment_for(3) is None
+    assert await read_all(second) == list(enumerate(values(3, "ok")))
+    assert await second.reader.offset_for_timestamp(5_000) is None
+
+    outcome = await second.append(batch(values(1, "real")), acks=-1)
+    await durable(outcome)
+    assert outcome.base_offset == 3
+    assert segment_object_key(3) in flaky_objects.deleted  # the leftover went through the delete path
+    assert stored_records(env.store) == list(enumerate(values(3, "ok") + values(1, "real")))
+    assert await read_all(second) == list(enumerate(values(3, "ok") + values(1, "real")))
+
+
+async def test_owner_dying_before_its_commit_leaves_nothing_a_successor_serves(env: Env) -> None:
+    flaky = FlakyMeta(env.meta)
+    first = await env.owner(meta=flaky)
+    flaky.fail_txn_before = 1_000
+    doomed = await first.append(batch(values(2, "doomed")), acks=-1)
+    await eventually(lambda: flaky.txn_attempts >= 3, "commits to fail")
+    assert segment_object_key(0) in [i.key for i in env.store.list(f"{NS}/{TOPIC}/0/")]
+    await first.close(flush=False)
+    assert doomed.durable is not None and isinstance(doomed.durable.exception(), PartitionError)
+
+    second = await env.owner()
+    assert second.high_watermark == 0 and second.segments == []
+    assert await second.reader.read(0, 1 << 20) == b""
+    outcome = await second.append(batch(values(1, "fresh")), acks=-1)
+    await durable(outcome)
+    assert outcome.base_offset == 0
+    assert stored_records(env.store) == [(0, b"fresh0")]
+    assert await read_all(second) == [(0, b"fresh0")]
+
+
+# ---------------------------------------------------------------- fencing
+
+
+async def test_zombie_cannot_commit_over_or_overwrite_its_successor(real_env: Env) -> None:
+    a = await real_env.owner()
+    await durable(await a.append(batch(values(2, "a")), acks=-1))
+    b = await real_env.owner()  # takes the partition over: epoch bump
+    assert b.epoch == a.epoch + 1 and b.high_watermark == 2
+    b_first = await b.append(batch(values(1, "b")), acks=-1)
+    await durable(b_first)
+    assert b_first.base_offset == 2
+    b_object = real_env.store.get(segment_object_key(2))
+
+    zombie = await a.append(batch(values(3, "zombie")), acks=-1)  # A still believes next offset is 2
+    assert zombie.base_offset == 2 and zombie.durable is not None
+    with pytest.raises(PartitionError) as refused:
+        await asyncio.wait_for(asyncio.shield(zombie.durable), 10)
+    assert refused.value.code == ErrorCode.not_leader_or_follower
+    assert a.fenced and a.high_watermark == 2
+    assert real_env.store.get(segment_object_key(2)) == b_object  # conditional create kept B's object
+    assert (await a.append(batch(values(1, "late")), acks=-1)).error == ErrorCode.not_leader_or_follower
+
+    await durable(await b.append(batch(values(1, "b2")), acks=-1))
+    expected = list(enumerate(values(2, "a") + values(1, "b") + values(1, "b2")))
+    assert await read_all(b) == expected
+    assert await read_all(await real_env.owner()) == expected
+    assert stored_records(real_env.store) == expected
+
+
+async def test_zombie_flushing_first_is_refused_and_its_upload_replaced(real_env: Env) -> None:
+    a = await real_env.owner()
+    b = await real_env.owner()
+    zombie = await a.append(batch(values(2, "zombie")), acks=-1)
+    assert zombie.durable is not None
+    with pytest.raises(PartitionError) as refused:
+        await asyncio.wait_for(asyncio.shield(zombie.durable), 10)
+    assert refused.value.code == ErrorCode.not_leader_or_follower
+    assert a.fenced and a.high_watermark == 0
+    assert b.high_watermark == 0
+
+    ours = await b.append(batch(values(1, "b")), acks=-1)  # at offset 0, where A's upload lies
+    await durable(ours)
+    assert ours.base_offset == 0
+    assert stored_records(real_env.store) == [(0, b"b0")]
+    assert await read_all(await real_env.owner()) == [(0, b"b0")]
+
+
+# ---------------------------------------------------------------- idempotence
+
+
+async def test_idempotent_retries_of_the_last_five_batches_get_their_original_offsets(env: Env) -> None:
+    owner = await env.owner()
+    sent = [batch(values(2, f"s{i}-"), pid=11, epoch=0, seq=2 * i) for i in range(6)]
+    outcomes = [await owner.append(b, acks=-1) for b in sent]
+    for outcome in outcomes:
+        await durable(outcome)
+    assert [o.base_offset for o in outcomes] == [0, 2, 4, 6, 8, 10]
+
+    for b, original in zip(sent[1:], outcomes[1:], strict=True):
+        await retry_answered(await owner.append(b, acks=-1), original.base_offset)
+    # Kafka keeps five batches per producer: the sixth-newest is no longer recognised.
+    assert (await owner.append(sent[0], acks=-1)).error == ErrorCode.out_of_order_sequence_number
+    await asyncio.sleep(0.1)  # a negative check: give a wrong flush the chance to happen
+    assert owner.high_watermark == owner.next_offset == 12
+    assert len(stored_records(env.store)) == 12
+
+
+async def test_retry_of_a_still_buffered_batch_resolves_with_the_original(env: Env) -> None:
+    flaky = FlakyMeta(env.meta)
+    owner = await env.owner(meta=flaky)
+    flaky.gate.clear()
+    b = batch(values(2), pid=12, epoch=0, seq=0)
+    original = await owner.append(b, acks=-1)
+    retry = await owner.append(b, acks=-1)
+    assert retry.base_offset == original.base_offset == 0
+    assert retry.durable is not None and not retry.durable.done()
+    flaky.gate.set()
+    await retry_answered(retry, 0)
+    assert original.durable is not None and original.durable.done()
+    assert owner.high_watermark == 2 and len(stored_records(env.store)) == 2
+
+
+async def test_sequence_gap_stale_epoch_and_new_epoch_rules(env: Env) -> None:
+    owner = await env.owner()
+    await durable(await owner.append(batch(values(2), pid=13, epoch=3, seq=0), acks=-1))
+    gap = await owner.append(batch(values(1), pid=13, epoch=3, seq=3), acks=-1)
+    assert gap.error == ErrorCode.out_of_order_sequence_number and gap.durable is None
+    stale = await owner.append(batch(values(1), pid=13, epoch=2, seq=2), acks=-1)
+    assert stale.error == ErrorCode.invalid_producer_epoch
+    bumped_mid_sequence = await owner.append(batch(values(1), pid=13, epoch=4, seq=2), acks=-1)
+    assert bumped_mid_sequence.error == ErrorCode.out_of_order_sequence_number
+    bumped = await owner.append(batch(values(1, "new"), pid=13, epoch=4, seq=0), acks=-1)
+    await durable(bumped)
+    assert bumped.base_offset == 2
+    old_epoch = await owner.append(batch(values(1), pid=13, epoch=3, seq=2), acks=-1)
+    assert old_epoch.error == ErrorCode.invalid_producer_epoch
+    assert owner.high_watermark == owner.next_offset == 3
+
+
+async def test_sequence_wraps_after_int32_max(env: Env) -> None:
+    owner = await env.owner()
+    outcomes = [
+        await owner.append(batch(values(2), pid=14, epoch=0, seq=INT32_MAX - 1), acks=-1),  # ends at INT32_MAX
+        await owner.append(batch(values(3), pid=14, epoch=0, seq=0), acks=-1),
+    ]
+    for outcome in outcomes:
+        await durable(outcome)
+    spanning = await owner.append(batch(values(3), pid=15, epoch=0, seq=INT32_MAX - 1), acks=-1)  # ..., MAX, 0
+    await durable(spanning)
+    after = await owner.append(batch(values(1), pid=15, epoch=0, seq=1), acks=-1)
+    await durable(after)
+    assert (await owner.append(batch(values(1), pid=14, epoch=0, seq=INT32_MAX), acks=-1)).error == (
+        ErrorCode.out_of_order_sequence_number)
+    await retry_answered(await owner.append(batch(values(3), pid=15, epoch=0, seq=INT32_MAX - 1), acks=-1),
+                         spanning.base_offset)
+    assert owner.high_watermark == owner.next_offset == 9
+
+
+async def test_several_batches_of_one_producer_in_one_request(env: Env) -> None:
+    owner = await env.owner()
+    request = (batch(values(2, "x"), pid=16, epoch=0, seq=0) + batch(values(1, "y"), pid=16, epoch=0, seq=2)
+               + batch(values(3, "z"), pid=16, epoch=0, seq=3))
+    outcome = await owner.append(request, acks=-1)
+    await durable(outcome)
+    assert outcome.base_offset == 0 and owner.high_watermark == 6
+
+    await retry_answered(await owner.append(request, acks=-1), 0)
+    broken = batch(values(1), pid=16, epoch=0, seq=6) + batch(values(1), pid=16, epoch=0, seq=8)
+    assert (await owner.append(broken, acks=-1)).error == ErrorCode.out_of_order_sequence_number
+    await asyncio.sleep(0.1)  # a negative check: give a wrong flush the chance to happen
+    assert owner.next_offset == owner.high_watermark == 6
+    assert stored_records(env.store) == list(enumerate(values(2, "x") + values(1, "y") + values(3, "z")))
+
+
+# ---------------------------------------------------------------- faults
+
+
+async def test_object_store_outage_holds_acknowledgements_until_the_data_is_stored(env: Env) -> None:
+    flaky_objects = FlakyObjects(env.store)
+    owner = await env.owner(objects=env.async_objects(flaky_objects))
+    flaky_objects.failing = True
+    outcome = await owner.append(batch(values(3)), acks=-1)
+    await eventually(lambda: flaky_objects.failures >= 4, "flush attempts to fail")
+    assert outcome.durable is not None and not outcome.durable.done()
+    assert owner.high_watermark == 0 and await env.meta.get(keys.state(TOPIC, 0)) is None
+
+    flaky_objects.failing = False
+    await durable(outcome, timeout=10)
+    assert owner.high_watermark == 3
+    assert stored_records(env.store) == list(enumerate(values(3)))
+    assert await read_all(await env.owner()) == list(enumerate(values(3)))
+
+
+async def test_health_gating_answers_storage_error_while_the_store_fails(env: Env) -> None:
+    flaky_objects = FlakyObjects(env.store)
+    health = HealthTracker(HealthThresholds(window_s=0.5))
+    owner = await env.owner(objects=env.async_objects(flaky_objects, health))
+    flaky_objects.failing = True
+    accepted = await owner.append(batch(values(1, "before")), acks=-1)
+    await eventually(lambda: health.state() != HealthState.HEALTHY, "the store to be judged unhealthy")
+    refused = await owner.append(batch(values(1, "during")), acks=-1)
+    assert refused.error == ErrorCode.kafka_storage_error and refused.durable is None
+
+    flaky_objects.failing = False
+    await durable(accepted)
+    await eventually(lambda: health.state() == HealthState.HEALTHY, "the failures to age out")
+    after = await owner.append(batch(values(1, "after")), acks=-1)
+    await durable(after)
+    assert await read_all(owner) == [(0, b"before0"), (1, b"after0")]
+
+
+async def test_close_during_an_outage_gives_up_and_fails_the_waiters(env: Env) -> None:
+    flaky_objects = FlakyObjects(env.store)
+    owner = await env.owner(objects=env.async_objects(flaky_objects))
+    flaky_objects.failing = True
+    outcome = await owner.append(batch(values(1)), acks=-1)
+    await eventually(lambda: flaky_objects.failures >= 2, "a failed flush")
+    started = time.monotonic()
+    await owner.close()
+    assert time.monotonic() - started < 10  # the back-off gives up instead of waiting for the 30 s cap
+    assert outcome.durable is not None and isinstance(outcome.durable.exception(), PartitionError)
+    assert await env.meta.get(keys.state(TOPIC, 0)) is None
+
+
+async def test_metadata_commit_failure_is_retried(env: Env) -> None:
+    flaky = FlakyMeta(env.meta)
+    owner = await env.owner(meta=flaky)
+    flaky.fail_txn_before = 3
+    outcome = await owner.append(batch(values(2)), acks=-1)
+    await durable(outcome)
+    assert flaky.txn_attempts == 1 + 4
+    assert owner.high_watermark == 2
+    assert len(await env.meta.range(keys.segments(TOPIC, 0))) == 1
+
+
+@pytest.mark.parametrize("check_fails_too", [False, True], ids=["reply-lost", "reply-and-check-lost"])
+async def test_commit_applied_but_reply_lost_makes_no_duplicate_and_no_gap(env: Env, check_fails_too: bool) -> None:
+    flaky = FlakyMeta(env.meta)
+    flaky_objects = FlakyObjects(env.store)
+    owner = await env.owner(meta=flaky, objects=env.async_objects(flaky_objects))
+    flaky.fail_txn_after = 1
+    flaky.fail_get = int(check_fails_too)  # then the whole flush is retried: upload again, commit again
+    first = await owner.append(batch(values(2, "a")), acks=-1)
+    await durable(first)
+    second = await owner.append(batch(values(2, "b")), acks=-1)
+    await durable(second)
+
+    assert (first.base_offset, second.base_offset) == (0, 2)
+    assert [kv.value["base"] for kv in await env.meta.range(keys.segments(TOPIC, 0))] == [0, 2]
+    state = await env.meta.get(keys.state(TOPIC, 0))
+    assert state is not None and state.value["next_offset"] == 4
+    assert flaky_objects.deleted == []  # a re-upload of our own object is recognised, not deleted
+    expected = list(enumerate(values(2, "a") + values(2, "b")))
+    assert stored_records(env.store) == expected
+    assert await read_all(await env.owner()) == expected

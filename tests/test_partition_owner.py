@@ -146,41 +146,43 @@ class FlakyObjects(ObjectStore):
         self.failing = False
         self.failures = 0
         self.calls: Counter[str] = Counter()
+        self.keys: list[tuple[str, str]] = []  # (operation, key) of every call
         self.deleted: list[str] = []
 
-    def _enter(self, op: str) -> None:
+    def _enter(self, op: str, key: str) -> None:
         self.calls[op] += 1
+        self.keys.append((op, key))
         assert self.gate.wait(timeout=30), "gate left closed"
         if self.failing:
             self.failures += 1
             raise ObjectStoreError(f"injected outage ({op})")
 
     def put(self, key: str, data: bytes) -> None:
-        self._enter("put")
+        self._enter("put", key)
         self.inner.put(key, data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        self._enter("put_if_absent")
+        self._enter("put_if_absent", key)
         return self.inner.put_if_absent(key, data)
 
     def get(self, key: str) -> bytes:
-        self._enter("get")
+        self._enter("get", key)
         return self.inner.get(key)
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        self._enter("get_range")
+        self._enter("get_range", key)
         return self.inner.get_range(key, start, length)
 
     def head(self, key: str) -> ObjectInfo | None:
-        self._enter("head")
+        self._enter("head", key)
         return self.inner.head(key)
 
     def list(self, prefix: str, start_after: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
-        self._enter("list")
+        self._enter("list", prefix)
         return self.inner.list(prefix, start_after, page_size)
 
     def delete(self, key: str) -> None:
-        self._enter("delete")
+        self._enter("delete", key)
         self.deleted.append(key)
         self.inner.delete(key)
 
@@ -311,19 +313,19 @@ async def real_env(real_servers: tuple[EtcdServer, MotoS3Server] | None, tmp_pat
     """The same tests on the embedded stores and on a real etcd plus a real S3 API (moto)."""
     if real_servers is None:
         meta: MetadataStore = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
-        store: ObjectStore = LocalDirStore(tmp_path / "objects")
+        e = Env(meta, LocalDirStore(tmp_path / "objects"))
     else:
         etcd, moto = real_servers
         meta = EtcdStore(etcd.endpoint, prefix=f"/test-{uuid.uuid4().hex[:12]}/")
-        store = moto.store()
-    e = Env(meta, store)
+        bucket = moto.store()
+        e = Env(meta, bucket)
     try:
         yield e
     finally:
         await e.aclose()
         if real_servers is not None:
             await meta.delete("", prefix=True)
-            real_servers[1].delete_bucket(store.bucket)  # type: ignore[attr-defined]
+            real_servers[1].delete_bucket(bucket.bucket)
         await meta.close()
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import io
+import os
 import random
+import signal
 import struct
 import subprocess
 import sys
@@ -457,8 +460,10 @@ def test_bomb_would_abort_without_the_guard_and_not_with_it():
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.stdout.startswith("guarded")
-    # 32 GiB is beyond what this machine can reserve, so the unguarded read aborts (SIGABRT).
-    assert "survived" not in proc.stdout and proc.returncode != 0
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if ram < 28 * 2**30:
+        # The unguarded read asks for 32 GiB at once; the kernel refuses and Rust aborts.
+        assert "survived" not in proc.stdout and proc.returncode == -signal.SIGABRT
 
 
 _SCHEMA_KEYS = [
@@ -473,10 +478,8 @@ _SCHEMA_KEYS = [
 @given(st.sampled_from(_SCHEMA_KEYS), st.binary(max_size=64))
 def test_garbage_bodies_raise_malformed_or_decode(key_version: tuple[int, int], body: bytes):
     api_key, version = key_version
-    try:
+    with contextlib.suppress(MalformedRequest):  # anything else (or an abort) fails the test
         decode_request(api_key, version, body, 0)
-    except MalformedRequest:
-        pass
 
 
 @settings(max_examples=300, deadline=None)
@@ -491,7 +494,5 @@ def test_mutated_valid_requests_never_escape_as_other_errors(data: st.DataObject
     for _ in range(data.draw(st.integers(1, 4))):
         if raw:
             raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
-    try:
+    with contextlib.suppress(MalformedRequest):
         decode_request(api_key, version, bytes(raw), 0)
-    except MalformedRequest:
-        pass

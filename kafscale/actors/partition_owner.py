@@ -414,6 +414,7 @@ class PartitionOwner:
             for fut in pending.waiters:
                 if not fut.done():
                     fut.set_exception(PartitionError(code))
+                    fut.exception()  # acks=1 producers never await theirs: no "never retrieved" noise
         self._space.set()
 
     # ---------------------------------------------------------------- read side

@@ -63,8 +63,9 @@ class ShardActor:
         return await getattr(handle, method).remote(*args)
 
     async def _start(self) -> ShardAddress:
-        core = ShardCore(self.shard_id, self.config, meta=open_metadata_store(self.config, self.metadata_actor, self.ray_namespace),
-                         objects=open_object_store(self.config), shards=self.shards, forward=self._forward)
+        meta = open_metadata_store(self.config, self.metadata_actor, self.ray_namespace)
+        core = ShardCore(self.shard_id, self.config, meta=meta, objects=open_object_store(self.config),
+                         shards=self.shards, forward=self._forward)
         address = await core.start()
         self.core = core
         return address

@@ -67,14 +67,17 @@ _REQUEST_HEADER_START = struct.Struct(">ihhi")  # size, api_key, api_version, co
 # --------------------------------------------------------------------------------------------
 
 
-@functools.cache
+# Built once: caches keyed by values from the wire must not grow with garbage input.
+_KNOWN_VERSIONS: dict[int, tuple[int, int]] = {
+    int(key): (min(schema_name_map[name]), max(schema_name_map[name]))
+    for key, name in api_key_map.items()
+    if name in schema_name_map
+}
+
+
 def known_versions(api_key: int) -> tuple[int, int] | None:
     """The (min, max) request versions kio 0.6.2 has schemas for, or None for an unknown key."""
-    name = api_key_map.get(api_key)  # type: ignore[call-overload]
-    if name is None or name not in schema_name_map:
-        return None
-    versions = schema_name_map[name]
-    return min(versions), max(versions)
+    return _KNOWN_VERSIONS.get(api_key)
 
 
 def _load(loader: Callable[[int, int], type[Any]], api_key: int, version: int) -> type[Any]:

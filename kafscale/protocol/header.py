@@ -12,7 +12,6 @@ than any we know (a newer client's ApiVersions) the newest known version's rule 
 
 from __future__ import annotations
 
-import functools
 import struct
 from dataclasses import dataclass
 
@@ -37,14 +36,23 @@ class RequestHeader:
     size: int  # bytes the header occupies; the body starts at this offset
 
 
-@functools.cache
+# Only (key, version) pairs kio knows are cached, so garbage headers cannot grow it.
+_header_versions: dict[tuple[int, int], int] = {}
+
+
 def request_header_version(api_key: int, api_version: int) -> int:
+    cached = _header_versions.get((api_key, api_version))
+    if cached is not None:
+        return cached
     known = known_versions(api_key)
     if known is None:
         return 1  # unknown API: only the fixed part matters, the connection is closed anyway
     lo, hi = known
-    version = min(max(api_version, lo), hi)
-    return int(load_request_schema(api_key, version).__header_schema__.__version__)
+    if not lo <= api_version <= hi:
+        return request_header_version(api_key, min(max(api_version, lo), hi))
+    version = int(load_request_schema(api_key, api_version).__header_schema__.__version__)
+    _header_versions[(api_key, api_version)] = version
+    return version
 
 
 def parse_request_header(payload: bytes, offset: int = 0) -> RequestHeader:

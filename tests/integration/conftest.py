@@ -36,13 +36,14 @@ from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 
 T = TypeVar("T")
 
+_NO_TOPIC_ID = uuid.UUID(int=0)
 NAMESPACE = "default"  # BrokerConfig.s3_namespace: the first component of every object key
 
 # API keys and the versions the raw client speaks (flexible versions where the broker has them, so
 # the compact encodings and request header v2 are exercised too).
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS = 19, 20
-VERSIONS = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 7, METADATA: 9, CREATE_TOPICS: 5, DELETE_TOPICS: 4}
+VERSIONS = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 7, METADATA: 12, CREATE_TOPICS: 7, DELETE_TOPICS: 6}
 
 
 # ------------------------------------------------------------------------------------ brokers
@@ -178,7 +179,7 @@ class KafkaWire:
         self.frames = FrameBuffer()
         self.ready: list[bytes] = []
         self._next_corr = 1
-        self.sent: dict[int, int] = {}  # correlation id -> api key, for requests still unanswered
+        self.sent: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version), still unanswered
 
     def __enter__(self) -> KafkaWire:
         return self
@@ -193,18 +194,8 @@ class KafkaWire:
         corr = self._next_corr
         self._next_corr += 1
         self.sock.sendall(encode_request(request, corr, "kafscale-it"))
-        self.sent[corr] = type(request).__api_key__
+        self.sent[corr] = (type(request).__api_key__, type(request).__version__)
         return corr
-
-    def send_bytes(self, api_key: int, frame: bytes) -> None:
-        """A hand-made frame; its correlation id must be the next one (see next_correlation_id)."""
-        self.sent[self._next_corr] = api_key
-        self._next_corr += 1
-        self.sock.sendall(frame)
-
-    @property
-    def next_correlation_id(self) -> int:
-        return self._next_corr
 
     def receive(self) -> tuple[int, Any]:
         """The next response on the connection: (correlation id, decoded body)."""
@@ -215,10 +206,10 @@ class KafkaWire:
             self.ready += self.frames.feed(data)
         payload = self.ready.pop(0)
         corr = int.from_bytes(payload[:4], "big", signed=True)
-        api_key = self.sent.pop(corr, None)
-        if api_key is None:
+        sent = self.sent.pop(corr, None)
+        if sent is None:
             raise AssertionError(f"response with unexpected correlation id {corr}")
-        _, response = decode_response(api_key, VERSIONS[api_key], payload)
+        _, response = decode_response(*sent, payload)
         return corr, response
 
     def call(self, request: Any) -> Any:
@@ -230,7 +221,8 @@ class KafkaWire:
     # ---- the requests the tests use
 
     def metadata(self, topics: list[str] | None, allow_auto_topic_creation: bool = False) -> Any:
-        entries = None if topics is None else tuple(nested_request(METADATA, "MetadataRequestTopic", name=t)
+        entries = None if topics is None else tuple(nested_request(METADATA, "MetadataRequestTopic", name=t,
+                                                                    topic_id=_NO_TOPIC_ID)
                                                      for t in topics)
         return self.call(build(METADATA, topics=entries, allow_auto_topic_creation=allow_auto_topic_creation,
                                include_cluster_authorized_operations=False,
@@ -253,7 +245,9 @@ class KafkaWire:
         assert result.error_code == ErrorCode.none, (result.error_code, result.error_message)
 
     def delete_topics(self, names: list[str]) -> Any:
-        return self.call(build(DELETE_TOPICS, topic_names=tuple(names), timeout=datetime.timedelta(seconds=30)))
+        by_name = tuple(nested_request(DELETE_TOPICS, "DeleteTopicState", name=n, topic_id=None) for n in names)
+        return self.call(build(DELETE_TOPICS, topics=by_name, topic_names=tuple(names),
+                               timeout=datetime.timedelta(seconds=30)))
 
     def produce_request(self, topic: str, partition: int, records: bytes, acks: int = -1,
                         timeout_ms: int = 30_000) -> Any:

@@ -31,12 +31,11 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from kafscale.protocol.errors import ErrorCode
-from kafscale.storage.batch import split_batches
+from kafscale.storage.batch import BatchHeader, split_batches
 from tests.integration.conftest import Cluster, record_throughput, unique_topic
 
 RECORDS = 10_000
@@ -300,12 +299,12 @@ def consume_kcat(bootstrap: str, topic: str, expected: int) -> list[Consumed]:
     return parse_kcat(done.stdout)
 
 
-Producer = Callable[[str, str, list[Record], str], Delivered | None]
-ConsumerFn = Callable[[str, str, int], list[Consumed]]
+ProduceFn = Callable[[str, str, list[Record], str], Delivered | None]
+ConsumeFn = Callable[[str, str, int], list[Consumed]]
 
-PRODUCERS: dict[str, Producer] = {"confluent-kafka": produce_confluent, "kafka-python": produce_kafka_python,
+PRODUCERS: dict[str, ProduceFn] = {"confluent-kafka": produce_confluent, "kafka-python": produce_kafka_python,
                                   "aiokafka": produce_aiokafka, "kcat": produce_kcat}
-CONSUMERS: dict[str, ConsumerFn] = {"confluent-kafka": consume_confluent, "kafka-python": consume_kafka_python,
+CONSUMERS: dict[str, ConsumeFn] = {"confluent-kafka": consume_confluent, "kafka-python": consume_kafka_python,
                                     "aiokafka": consume_aiokafka, "kcat": consume_kcat}
 
 
@@ -350,10 +349,11 @@ def check_round_trip(cluster: Cluster, produced: Produced, consumed: list[Consum
     assert len(consumed) == len(expected), f"consumed {len(consumed)} of {len(expected)} records"
 
     seen: set[int] = set()
-    per_partition: dict[int, list[Consumed]] = {p: [] for p in range(PARTITIONS)}
+    # (offset, index in `expected`) of each partition's records, in the order they were consumed
+    per_partition: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
     for c in consumed:
-        assert c.key in by_key, f"unexpected key {c.key!r} at {c.partition}/{c.offset}"
-        i = by_key[c.key]
+        i = by_key.get(c.key) if c.key is not None else None
+        assert i is not None, f"unexpected key {c.key!r} at {c.partition}/{c.offset}"
         assert i not in seen, f"record {i} consumed twice"
         seen.add(i)
         want = expected[i]
@@ -364,25 +364,28 @@ def check_round_trip(cluster: Cluster, produced: Produced, consumed: list[Consum
         else:
             assert produced.started_ms <= c.timestamp <= produced.finished_ms, f"record {i}: timestamp {c.timestamp}"
         assert c.create_time in (True, None), f"record {i}: not a CreateTime timestamp"
-        per_partition[c.partition].append(c)
+        per_partition[c.partition].append((c.offset, i))
 
     for p, items in per_partition.items():
         assert items, f"partition {p} got no records: keys were not spread"
-        assert [c.offset for c in items] == list(range(len(items))), f"partition {p}: offsets not 0..n-1 in order"
-        order = [by_key[c.key] for c in items]  # type: ignore[index]
+        assert [offset for offset, _ in items] == list(range(len(items))), f"partition {p}: offsets not 0..n-1"
+        # KNOWN BUG (kafscale/actors/shard.py, ShardCore.owner): a produce request that arrives just after
+        # a new partition's owner has been opened, but before the requests that waited for the opening
+        # have resumed, is appended ahead of them. Seen here now and then (mostly on etcd, where opening
+        # takes longer) as a partition whose first batch sits after its second.
+        order = [i for _, i in items]
         assert order == sorted(order), f"partition {p}: records out of production order"
         if produced.delivered is not None:
-            for c in items:
-                i = by_key[c.key]  # type: ignore[index]
-                assert produced.delivered[i] == (p, c.offset), f"record {i} reported at {produced.delivered[i]}"
+            for offset, i in items:
+                assert produced.delivered[i] == (p, offset), f"record {i} reported at {produced.delivered[i]}"
 
     with cluster.wire() as wire:
         assert wire.end_offsets(produced.topic, PARTITIONS) == [len(per_partition[p]) for p in range(PARTITIONS)]
 
 
-def stored_batches(cluster: Cluster, topic: str) -> list[Any]:
+def stored_batches(cluster: Cluster, topic: str) -> list[BatchHeader]:
     """The headers of every batch of the first partition, as a fetch returns them."""
-    headers = []
+    headers: list[BatchHeader] = []
     with cluster.wire() as wire:
         offset = 0
         while True:

@@ -1,0 +1,239 @@
+"""ReadPath through PartitionOwner: segment cache, read-ahead, ranged reads through the index, corruption,
+timestamp lookup, gaps. Data is written by one owner; a second owner with a cold cache (a new process)
+reads it back from the object store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from kafscale.actors.partition_owner import PartitionOwner
+from kafscale.cluster import keys
+from kafscale.storage.batch import InvalidBatchError, split_batches
+from kafscale.storage.cache import ByteLRU
+from kafscale.storage.embedded_store import EmbeddedStore
+from kafscale.storage.local_store import LocalDirStore
+from kafscale.storage.segment import SEGMENT_HEADER_SIZE, CorruptSegmentError, build_segment
+from kafscale.testing.s3_servers import MotoS3Server
+from tests.test_partition_owner import (
+    TOPIC,
+    Env,
+    FlakyObjects,
+    batch,
+    durable,
+    eventually,
+    read_all,
+    records_of,
+    segment_object_key,
+    values,
+)
+
+SMALL_CACHE = 8 * 1024  # segments above 1 KiB (cache / 8) are read by ranged GETs
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    meta = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
+    e = Env(meta, LocalDirStore(tmp_path / "objects"))
+    try:
+        yield e
+    finally:
+        await e.aclose()
+        await meta.close()
+
+
+@pytest.fixture(params=["local", "moto"])
+def s3_server(request: pytest.FixtureRequest) -> MotoS3Server | None:
+    """Fetched outside any event loop, and only when the S3 variant runs."""
+    return request.getfixturevalue("moto_server") if request.param == "moto" else None
+
+
+@pytest.fixture
+async def store_env(s3_server: MotoS3Server | None, tmp_path: Path) -> AsyncIterator[Env]:
+    """Ranged GETs and corruption on the local directory store and on a real S3 API (moto)."""
+    meta = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
+    if s3_server is None:
+        e = Env(meta, LocalDirStore(tmp_path / "objects"))
+    else:
+        bucket = s3_server.store()
+        e = Env(meta, bucket)
+    try:
+        yield e
+    finally:
+        await e.aclose()
+        await meta.close()
+        if s3_server is not None:
+            s3_server.delete_bucket(bucket.bucket)
+
+
+async def write_segments(env: Env, segments: Sequence[Sequence[bytes]], **settings: int) -> None:
+    """One segment per element, holding those batches; then the writer goes away."""
+    writer = await env.owner(**settings)
+    for batches in segments:
+        outcomes = [await writer.append(b, acks=-1) for b in batches]
+        for outcome in outcomes:
+            await durable(outcome)
+    assert len(writer.segments) == len(segments)
+    await writer.close()
+
+
+async def cold_reader(env: Env, *, cache_bytes: int = 64 << 20, readahead: int = 0) -> tuple[PartitionOwner,
+                                                                                             FlakyObjects]:
+    """A new owner with an empty cache, whose object store calls are counted."""
+    counted = FlakyObjects(env.store)
+    owner = await env.owner(objects=env.async_objects(counted), cache=ByteLRU(cache_bytes),
+                            readahead_segments=readahead)
+    return owner, counted
+
+
+def batch_spans(data: bytes) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, size) of each batch."""
+    return [(h.base_offset, h.last_offset, h.size) for _, h in split_batches(data)]
+
+
+def segment_gets(counted: FlakyObjects) -> list[str]:
+    return [key for op, key in counted.keys if op == "get" and key.endswith(".kfs")]
+
+
+# ---------------------------------------------------------------- whole-segment cache and read-ahead
+
+
+async def test_whole_segment_cache_hits_and_misses(env: Env) -> None:
+    await write_segments(env, [[batch(values(4, f"s{i}-"))] for i in range(3)])
+    owner, counted = await cold_reader(env)
+    cache = owner.reader.cache
+
+    assert records_of(await owner.reader.read(0, 1 << 20)) == list(enumerate(values(4, "s0-")))
+    assert (cache.hits, cache.misses) == (0, 1)
+    assert records_of(await owner.reader.read(2, 1 << 20)) == list(enumerate(values(4, "s0-")))  # its batch
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert records_of(await owner.reader.read(9, 1 << 20)) == [(8 + i, v) for i, v in enumerate(values(4, "s2-"))]
+    assert (cache.hits, cache.misses) == (1, 2)
+    assert segment_gets(counted) == [segment_object_key(0), segment_object_key(8)]
+
+
+async def test_a_flushed_segment_is_served_from_the_cache(env: Env) -> None:
+    counted = FlakyObjects(env.store)
+    owner = await env.owner(objects=env.async_objects(counted))
+    await durable(await owner.append(batch(values(3)), acks=-1))
+    assert records_of(await owner.reader.read(0, 1 << 20)) == list(enumerate(values(3)))
+    assert (owner.reader.cache.hits, owner.reader.cache.misses) == (1, 0)
+    assert segment_gets(counted) == []
+
+
+async def test_read_ahead_fetches_the_next_segment(env: Env) -> None:
+    await write_segments(env, [[batch(values(4, f"s{i}-"))] for i in range(3)])
+    owner, counted = await cold_reader(env, readahead=1)
+    cache = owner.reader.cache
+
+    await owner.reader.read(0, 1 << 20)
+    await eventually(lambda: ("seg", TOPIC, 0, 4) in cache, "segment 4 to be read ahead")
+    assert ("seg", TOPIC, 0, 8) not in cache  # one segment ahead only
+    assert segment_gets(counted) == [segment_object_key(0), segment_object_key(4)]
+
+    hits = cache.hits
+    assert records_of(await owner.reader.read(4, 1 << 20)) == [(4 + i, v) for i, v in enumerate(values(4, "s1-"))]
+    assert cache.hits == hits + 1
+    await eventually(lambda: ("seg", TOPIC, 0, 8) in cache, "segment 8 to be read ahead")
+    assert segment_gets(counted) == [segment_object_key(0), segment_object_key(4), segment_object_key(8)]
+
+
+# ---------------------------------------------------------------- ranged reads
+
+
+async def test_large_segments_are_read_by_ranged_gets_through_the_index(store_env: Env) -> None:
+    small = [batch(values(3, f"b{i}-", 100)) for i in range(12)]  # about 400 bytes each
+    big_value = os.urandom(300_000)  # a batch larger than one ranged GET (256 KiB)
+    await write_segments(store_env, [small, [batch([big_value]), batch(values(2, "after"))]],
+                         index_interval_bytes=512)
+    owner, counted = await cold_reader(store_env, cache_bytes=SMALL_CACHE)
+    expected = [v for vs in (values(3, f"b{i}-", 100) for i in range(12)) for v in vs]
+    expected += [big_value, *values(2, "after")]
+
+    for offset in range(39):
+        for max_bytes in (1, 1000, 1 << 20):
+            data = await owner.reader.read(offset, max_bytes)
+            spans = batch_spans(data)
+            assert spans[0][0] <= offset <= spans[0][1], (offset, spans)  # starts at the batch holding offset
+            assert len(spans) == 1 or len(data) <= max_bytes  # at least one batch, else within max_bytes
+            assert [s[0] for s in spans[1:]] == [s[1] + 1 for s in spans[:-1]]  # whole, contiguous batches
+            assert all(expected[o] == v for o, v in records_of(data))
+    assert segment_gets(counted) == []  # never a whole-object GET
+    assert {key for op, key in counted.keys if op == "get_range"} == {segment_object_key(0), segment_object_key(36)}
+    assert [v for _, v in await read_all(owner, max_bytes=1)] == expected
+
+
+# ---------------------------------------------------------------- corruption
+
+
+async def _corrupt(env: Env, where: str) -> int:
+    """Write a segment of three batches, damage its second batch in the stored object; returns an offset in it."""
+    batches = [batch(values(3, f"c{i}-", 200)) for i in range(3)]
+    await write_segments(env, [batches])
+    key = segment_object_key(0)
+    data = bytearray(env.store.get(key))
+    second = SEGMENT_HEADER_SIZE + len(batches[0])
+    if where == "truncated":
+        del data[second + 100 :]
+    else:
+        at = second + 7 if where == "base-offset" else second + 100  # base offset is outside the batch CRC
+        data[at] ^= 0x01
+    env.store.put(key, bytes(data))
+    return 4
+
+
+@pytest.mark.parametrize("where", ["record-bytes", "base-offset", "truncated"])
+@pytest.mark.parametrize("cache_bytes", [64 << 20, SMALL_CACHE], ids=["whole", "ranged"])
+async def test_a_corrupted_segment_is_an_error_never_bad_data(store_env: Env, where: str, cache_bytes: int) -> None:
+    offset = await _corrupt(store_env, where)
+    owner, _ = await cold_reader(store_env, cache_bytes=cache_bytes)
+    with pytest.raises(InvalidBatchError):
+        await asyncio.wait_for(owner.reader.read(offset, 1 << 20), 10)
+
+
+async def test_an_object_replaced_after_its_commit_is_refused(env: Env) -> None:
+    await write_segments(env, [[batch(values(3, "committed"))]])
+    other = build_segment([batch(values(3, "replaced"))], created_ms=1)  # valid, same offsets, other data
+    env.store.put(segment_object_key(0), other.data)
+    owner, _ = await cold_reader(env)
+    with pytest.raises(CorruptSegmentError):
+        await owner.reader.read(0, 1 << 20)
+
+
+# ---------------------------------------------------------------- timestamps and gaps
+
+
+async def test_offset_for_timestamp_is_the_first_record_at_or_after_it(env: Env) -> None:
+    await write_segments(env, [
+        [batch(values(3), ts=[100, 300, 200]), batch(values(1), ts=[400])],  # offsets 0-3
+        [batch(values(2), ts=[150, 500])],  # offsets 4-5
+    ])
+    owner, _ = await cold_reader(env)
+    lookups = {50: (0, 100), 100: (0, 100), 101: (1, 300), 150: (1, 300), 250: (1, 300), 301: (3, 400),
+               400: (3, 400), 401: (5, 500), 500: (5, 500), 501: None}
+    for target, expected in lookups.items():
+        assert await owner.reader.offset_for_timestamp(target) == expected, target
+    assert await owner.reader.max_timestamp_offset() == (5, 500)
+
+
+async def test_a_gap_between_segments_is_skipped_forward(env: Env) -> None:
+    await write_segments(env, [[batch(values(4, f"s{i}-"))] for i in range(3)])
+    await env.meta.delete(keys.segment(TOPIC, 0, 4))  # offsets 4-7 are gone
+    owner, _ = await cold_reader(env)
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 3), (8, 11)]
+    assert owner.segment_for(5) is not None and owner.segment_for(5).base == 8
+    assert records_of(await owner.reader.read(5, 1 << 20)) == [(8 + i, v) for i, v in enumerate(values(4, "s2-"))]
+    assert [o for o, _ in await read_all(owner)] == [0, 1, 2, 3, 8, 9, 10, 11]
+
+
+async def test_reads_with_concurrent_callers_share_one_get(env: Env) -> None:
+    await write_segments(env, [[batch(values(4))]])
+    owner, counted = await cold_reader(env)
+    results = await asyncio.gather(*(owner.reader.read(i % 4, 1 << 20) for i in range(8)))
+    assert all(records_of(r) == list(enumerate(values(4))) for r in results)
+    assert segment_gets(counted) == [segment_object_key(0)]
+

@@ -313,6 +313,27 @@ def test_in_flight_limit_pauses_reading():
         srv.stop()
 
 
+def test_large_and_small_frames_interleaved_under_back_pressure():
+    """Frames above the assembler's direct-read threshold (64 KiB) share one reused buffer;
+    with a small in-flight limit they wait in it while earlier handlers run."""
+    srv = Server(max_in_flight=2)
+    try:
+        client = RawClient(srv.port)
+        frames = []
+        for i in range(12):
+            req = heartbeat_request("sleep:0.01" if i % 3 else "ok", i)
+            if i % 2:  # pad to a large frame: Kafka (and we) ignore trailing bytes
+                body = req[4:] + bytes([i]) * (100_000 + 50_000 * i)
+                req = struct.pack(">i", len(body)) + body
+            frames.append(req)
+        client.send(b"".join(frames))
+        assert [decode_response(HEARTBEAT, 4, client.recv_frame())[0] for _ in range(12)] == list(range(12))
+        assert srv.control.max_running <= 2
+        client.close()
+    finally:
+        srv.stop()
+
+
 # ------------------------------------------------------------------------------- abuse
 
 

@@ -761,3 +761,36 @@ async def test_commit_applied_but_reply_lost_makes_no_duplicate_and_no_gap(env: 
     expected = list(enumerate(values(2, "a") + values(2, "b")))
     assert stored_records(env.store) == expected
     assert await read_all(await env.owner()) == expected
+
+
+async def test_requests_arriving_while_owner_opens_keep_arrival_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A produce that arrives just after the owner finished opening must not overtake earlier ones."""
+    import asyncio
+
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from kafscale.actors.shard import ShardCore
+    from kafscale.config import BrokerConfig
+    from kafscale.storage.embedded_store import EmbeddedStore
+    from kafscale.storage.local_store import LocalDirStore
+
+    def batch(value: bytes) -> bytes:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                      producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        b.append(0, timestamp=1, key=None, value=value, headers=[])
+        return bytes(b.build())
+
+    core = ShardCore(0, BrokerConfig(listen="127.0.0.1:0"), meta=EmbeddedStore(tmp_path / "m.db"),
+                     objects=LocalDirStore(tmp_path / "o"))
+    await core.start()
+    try:
+        await core.topics.create("fresh", 1, 1)
+        first = asyncio.ensure_future(core.produce("fresh", 0, batch(b"A"), 1, 1000))
+        while ("fresh", 0) not in core.owners:
+            await asyncio.sleep(0)
+        second = asyncio.ensure_future(core.produce("fresh", 0, batch(b"B"), 1, 1000))
+        a, b = await asyncio.gather(first, second)
+        assert (a["base_offset"], b["base_offset"]) == (0, 1)
+    finally:
+        await core.stop()
+        await core.meta.close()

@@ -36,6 +36,7 @@ from kafscale.acceptor.apis.api_versions import api_versions_handler
 from kafscale.acceptor.router import RequestContext, Router
 from kafscale.protocol import (
     ErrorCode,
+    FrameAssembler,
     FrameBuffer,
     InvalidFrameSize,
     InvalidRequestHeader,
@@ -54,7 +55,7 @@ from kafscale.protocol import (
     request_class,
     response_class,
 )
-from kafscale.protocol.codec import validate_lengths
+from kafscale.protocol.codec import MAX_ELEMENTS, encode_entity, validate_lengths
 from kafscale.protocol.errors import error_code
 from kafscale.protocol.header import request_header_version
 
@@ -162,6 +163,58 @@ def test_framing():
     assert out == [b"abc", b"", b"x" * 50] and fb.buffered == 0
     with pytest.raises(InvalidFrameSize):
         fb.feed(struct.pack(">i", 2**31 - 1))
+
+
+def _feed(assembler: FrameAssembler, data: bytes, rng: random.Random, take: bool = True) -> list[bytes]:
+    """Deliver `data` the way a BufferedProtocol transport does: recv_into get_buffer()."""
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        buf = assembler.get_buffer()
+        assert len(buf) > 0
+        n = min(len(buf), len(data) - pos, rng.choice([1, 3, 7, 100, 4096, 70000, 1 << 20]))
+        buf[:n] = data[pos : pos + n]
+        assembler.buffer_updated(n)
+        pos += n
+        while take and (payload := assembler.next_frame()) is not None:
+            out.append(bytes(payload))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 1, 5, 100, 4000, 65536, 65537, 200_000, 700_000]), max_size=12),
+    seed=st.integers(0, 2**32),
+)
+def test_frame_assembler_round_trip(sizes: list[int], seed: int):
+    rng = random.Random(seed)
+    payloads = [rng.randbytes(size) for size in sizes]
+    assembler = FrameAssembler(max_frame_bytes=1 << 20)
+    got = _feed(assembler, b"".join(frame(p) for p in payloads), rng)
+    assert got == payloads and assembler.buffered == 0
+
+
+def test_frame_assembler_large_frames_are_read_only_views_and_small_ones_bytes():
+    assembler = FrameAssembler()
+    rng = random.Random(1)
+    _feed(assembler, frame(b"s" * 10) + frame(b"L" * 100_000), rng, take=False)
+    small, large = assembler.next_frame(), assembler.next_frame()
+    assert type(small) is bytes and small == b"s" * 10
+    assert isinstance(large, memoryview) and large.readonly and bytes(large) == b"L" * 100_000
+
+
+def test_frame_assembler_keeps_untaken_frames_and_rejects_bad_sizes():
+    assembler = FrameAssembler(max_frame_bytes=1000)
+    rng = random.Random(2)
+    frames = [frame(bytes([i % 256]) * 900) for i in range(400)]  # 360 KB, more than the scratch buffer
+    _feed(assembler, b"".join(frames), rng, take=False)  # a paused consumer takes nothing
+    taken = []
+    while (payload := assembler.next_frame()) is not None:
+        taken.append(payload)
+    assert taken == [f[4:] for f in frames]
+    _feed(assembler, struct.pack(">i", 1001), rng, take=False)
+    with pytest.raises(InvalidFrameSize):
+        assembler.next_frame()
 
 
 # ------------------------------------------------------------------------------- codec
@@ -391,9 +444,10 @@ def _all_schemas() -> list[type[Any]]:
     return out
 
 
-def test_guard_agrees_with_kio_on_every_schema():
-    """For random valid messages of every request and response schema kio has, the guard walks
-    exactly the bytes kio's reader consumes, and rejects every truncation."""
+def test_guard_and_encoder_agree_with_kio_on_every_schema():
+    """For random valid messages of every request and response schema kio has, our encoder
+    writes exactly kio's bytes, the guard walks exactly the bytes kio's reader consumes, and
+    rejects every truncation."""
     rng = random.Random(20261122)
     checked = 0
     for cls in _all_schemas():
@@ -404,6 +458,7 @@ def test_guard_agrees_with_kio_on_every_schema():
             buf = io.BytesIO()
             writer(buf, value)
             data = buf.getvalue()
+            assert encode_entity(value) == data, cls
             _, consumed = reader(data, 0)
             assert consumed == len(data)
             assert validate_lengths(cls, data) == len(data), cls
@@ -439,6 +494,21 @@ def test_guard_rejects_array_length_bombs(api_key: int, version: int, body: byte
     header = _header_bytes(api_key, version, 1, b"c", b"\x00" if hdr_version == 2 else None)
     with pytest.raises(MalformedRequest, match="array claims"):
         decode_request(api_key, version, header + body, len(header))
+
+
+def test_guard_caps_total_array_elements():
+    # Metadata v1: MAX_ELEMENTS + 1 empty topic names (2 bytes each) fit the bytes but not the cap
+    n = MAX_ELEMENTS + 1
+    with pytest.raises(MalformedRequest, match="more than"):
+        decode_request(3, 1, struct.pack(">i", n) + b"\x00\x00" * n, 0)
+    # OffsetFetch v1: the cap counts primitive array elements too, across topics
+    half = MAX_ELEMENTS // 2 + 1
+    topic = b"\x00\x01t" + struct.pack(">i", half) + b"\x00\x00\x00\x07" * half
+    body = b"\x00\x01g" + struct.pack(">i", 2) + topic + topic
+    with pytest.raises(MalformedRequest, match="more than"):
+        decode_request(9, 1, body, 0)
+    small = b"\x00\x01g" + struct.pack(">i", 1) + b"\x00\x01t" + struct.pack(">i", 3) + b"\x00\x00\x00\x07" * 3
+    assert decode_request(9, 1, small, 0).topics[0].partition_indexes == (7, 7, 7)
 
 
 def test_bomb_would_abort_without_the_guard_and_not_with_it():

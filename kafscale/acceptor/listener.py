@@ -1,17 +1,20 @@
 """The asyncio TCP listener every broker shard runs: framing, header checks, pipelined dispatch.
 
-Per connection there are two tasks and one task per request:
+Each connection is an asyncio.BufferedProtocol plus one writer task, and one task per request:
 
-* the reader reads a frame, parses the header, decodes the body and starts the request's
-  handler as its own task right away, so a long-polling Fetch does not hold up a Produce
-  sent after it on the same connection;
-* the writer awaits those tasks strictly in arrival order and writes their responses, because
-  Kafka clients match responses to requests by order (Kafka itself serves one request per
-  connection at a time, muting the socket meanwhile). A handler returning None (acks=0)
-  produces no bytes and the writer moves straight on.
+* reading is callback-driven: the transport receives straight into the FrameAssembler's
+  buffers (protocol/framing.py: large produce requests land in their own buffer, copied once);
+  each complete frame is parsed, its body decoded and its handler started as its own task right
+  away, so a long-polling Fetch does not hold up a Produce sent after it on the same connection;
+* the writer task awaits those tasks strictly in arrival order and writes their responses,
+  because Kafka clients match responses to requests by order (Kafka itself serves one request
+  per connection at a time, muting the socket meanwhile). A handler returning None (acks=0)
+  produces no bytes and the writer moves straight on. Responses that are ready together go out
+  in one write; writing waits while the transport's buffer is above its high-water mark (the
+  protocol-level equivalent of StreamWriter.drain()).
 
 At most `max_in_flight` requests per connection are read but not yet answered; beyond that the
-reader stops reading, TCP fills up and the client slows down.
+connection stops taking frames and pauses reading, TCP fills up and the client slows down.
 
 What closes a connection (after the responses to earlier requests have been written, which is
 what a client of Kafka would also have received) — each logged as a warning naming the client:
@@ -25,6 +28,9 @@ what a client of Kafka would also have received) — each logged as a warning na
   apis/api_versions.py);
 * a body that does not decode (truncated, garbage, inconsistent lengths): Kafka closes on the
   InvalidRequestException from RequestContext.parseRequest;
+* end of stream from the client: handlers already started still run to completion (an acks=0
+  produce that was received is not lost), their responses are attempted, then the connection
+  closes;
 * a handler that raises, or returns something that is not a response of the request's API and
   version: logged with the traceback, connection closed. Kafka would answer with the request
   type's generic error response, but that needs per-API knowledge of how to echo the request's
@@ -39,13 +45,13 @@ import asyncio
 import itertools
 import logging
 import socket
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from kafscale.acceptor.apis import api_versions
 from kafscale.acceptor.router import RequestContext, Router
 from kafscale.protocol.codec import decode_request, encode_response
-from kafscale.protocol.errors import ProtocolError
-from kafscale.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from kafscale.protocol.errors import InvalidFrameSize, ProtocolError
+from kafscale.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameAssembler
 from kafscale.protocol.header import parse_request_header
 
 __all__ = ["Listener"]
@@ -54,10 +60,6 @@ log = logging.getLogger(__name__)
 
 _connection_ids = itertools.count(1)
 
-# StreamReader buffer limit: reading pauses when 2× this is buffered and unread, so it bounds
-# the memory of a connection under back-pressure while still moving large produce frames in
-# few wake-ups.
-_STREAM_LIMIT = 1024 * 1024
 _CLOSE_TIMEOUT = 5.0  # seconds to flush the last responses to a client before aborting
 # Responses coalesced into one write when pipelined requests finish together; small enough
 # that the first of them is not noticeably delayed by encoding the rest.
@@ -96,9 +98,8 @@ class Listener:
 
     async def start(self) -> None:
         self._stopping = False
-        self._server = await asyncio.start_server(
-            self._on_client, self.host, self.port, limit=_STREAM_LIMIT, backlog=1024
-        )
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), self.host, self.port, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("listening on %s:%d", self.host, self.port)
 
@@ -122,22 +123,6 @@ class Listener:
             await self._server.wait_closed()
             self._server = None
 
-    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._stopping:
-            writer.transport.abort()
-            return
-        conn = _Connection(self, reader, writer)
-        self._connections.add(conn)
-        try:
-            await conn.run()
-        except asyncio.CancelledError:
-            # Only the loop shutting down cancels this task, and the connection is closed by
-            # now. Python 3.11's start_server calls exception() on this task when it ends,
-            # which raises and logs a spurious error for a cancelled task, so end normally.
-            pass
-        finally:
-            self._connections.discard(conn)
-
 
 class _Pending(NamedTuple):
     task: asyncio.Task[Any]
@@ -147,29 +132,27 @@ class _Pending(NamedTuple):
     response_version: int  # == api_version, except 0 for the ApiVersions fallback
 
 
-class _Connection:
-    def __init__(
-        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+class _Connection(asyncio.BufferedProtocol):
+    def __init__(self, listener: Listener) -> None:
         self.listener = listener
         self.router = listener.router
-        self.reader = reader
-        self.writer = writer
         self.id = next(_connection_ids)
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        self.host: str = str(peer[0])
-        self.port: int = int(peer[1])
+        self.host = "?"
+        self.port = 0
         self.client_id: str | None = None  # last seen, for log messages
-        self.task: asyncio.Task[Any] | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._writer_task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None  # the writer; its end is the connection's end
+        self.transport: asyncio.Transport | None = None
+        self._frames = FrameAssembler(listener.max_frame_bytes)
+        self._max_in_flight = listener.max_in_flight
         self._pending: asyncio.Queue[_Pending | None] = asyncio.Queue()
-        self._slots = asyncio.Semaphore(listener.max_in_flight)
+        self._in_flight = 0  # requests started and not yet answered
+        self._reading = True  # False once no further request will be taken
+        self._read_paused = False  # paused because of max_in_flight
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._lost = False
+        self._closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._aborted = False
-        sock = writer.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            # Responses are written whole; Nagle would only delay the last segment of each.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def __str__(self) -> str:
         who = f"{self.host}:{self.port}"
@@ -177,102 +160,107 @@ class _Connection:
             who += f" (client id {self.client_id!r})"
         return f"{who} [connection {self.id}]"
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.task = asyncio.current_task()
-        self._reader_task = loop.create_task(self._read_loop())
-        self._writer_task = loop.create_task(self._write_loop())
-        try:
-            # wait() rather than await: the writer ending by cancellation (abort) is normal here.
-            await asyncio.wait((self._writer_task,))
-        except asyncio.CancelledError:
-            self.abort()
-            raise
-        finally:
-            self._reader_task.cancel()
-            self._cancel_pending()
-            await self._close()
+    # ---------------------------------------------------------------- asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.host, self.port = str(peer[0]), int(peer[1])
+        if self.listener._stopping:
+            self._reading = False
+            self.transport.abort()
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # Responses are written whole; Nagle would only delay the last segment of each.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.listener._connections.add(self)
+        self.task = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._frames.buffer_updated(nbytes)
+        self._take_frames()
+
+    def eof_received(self) -> bool:
+        if self._reading and self._frames.buffered:
+            log.warning("%s: connection closed inside a request (%d bytes of it received)",
+                        self, self._frames.buffered)
+        self._stop_reading()
+        return True  # keep the transport: answers to requests already read are still owed
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._writable.set()  # wake a writer waiting for the buffer to drain; it will see _lost
+        self._stop_reading()
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # ---------------------------------------------------------------- control
 
     def stop_reading(self) -> None:
-        """Read no further requests; the writer still answers those already read."""
-        if self._reader_task is not None:
-            self._reader_task.cancel()
+        """Take no further requests; the writer still answers those already taken."""
+        self._stop_reading()
 
     def abort(self) -> None:
         """Drop everything: cancel handlers and the writer, reset the socket."""
         self._aborted = True
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-        if self._writer_task is not None:
-            self._writer_task.cancel()
+        self._stop_reading()
+        if self.task is not None:
+            self.task.cancel()
         self._cancel_pending()
-        self.writer.transport.abort()
+        if self.transport is not None:
+            self.transport.abort()
 
-    def _cancel_pending(self) -> None:
-        while not self._pending.empty():
-            item = self._pending.get_nowait()
-            if item is None:
-                continue
-            if not item.task.done():
-                item.task.cancel()
-            elif not item.task.cancelled() and item.task.exception() is not None:
-                # Nobody will await it now; log it here rather than as "never retrieved".
-                log.warning("%s: handler for API key %d v%d failed after the connection closed: %r",
-                            self, item.api_key, item.api_version, item.task.exception())
-
-    async def _close(self) -> None:
-        if self._aborted:
-            self.writer.transport.abort()
+    def _stop_reading(self) -> None:
+        if not self._reading:
             return
-        self.writer.close()
-        try:
-            await asyncio.wait_for(self.writer.wait_closed(), _CLOSE_TIMEOUT)
-        except (TimeoutError, OSError):
-            self.writer.transport.abort()
-        except asyncio.CancelledError:
-            self.writer.transport.abort()
-            raise
+        self._reading = False
+        if self.transport is not None and not self._lost:
+            self.transport.pause_reading()
+        self._pending.put_nowait(None)  # the writer ends after the responses before this
 
     # ---------------------------------------------------------------- reading
 
-    async def _read_loop(self) -> None:
-        reader = self.reader
-        max_frame = self.listener.max_frame_bytes
-        slots = self._slots
+    def _take_frames(self) -> None:
+        """Start handlers for complete frames, up to the in-flight limit, and pause or resume
+        reading to match."""
         try:
-            while True:
-                await slots.acquire()
-                try:
-                    prefix = await reader.readexactly(4)
-                except asyncio.IncompleteReadError as e:
-                    if e.partial:
-                        log.warning("%s: connection closed inside a size prefix", self)
-                    return
-                size = int.from_bytes(prefix, "big", signed=True)
-                if size < 0 or size > max_frame:
-                    log.warning(
-                        "%s: frame size %d outside 0..%d (socket.request.max.bytes); closing",
-                        self, size, max_frame,
-                    )
-                    return
-                try:
-                    payload = await reader.readexactly(size)
-                except asyncio.IncompleteReadError as e:
-                    log.warning("%s: connection closed after %d of %d frame bytes",
-                                self, len(e.partial), size)
-                    return
+            while self._reading and self._in_flight < self._max_in_flight:
+                payload = self._frames.next_frame()
+                if payload is None:
+                    break
                 if not self._accept(payload):
+                    self._stop_reading()
                     return
-        except OSError as e:  # reset by peer and the like
-            log.debug("%s: read failed: %s", self, e)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except InvalidFrameSize as e:
+            log.warning("%s: frame size %d outside 0..%d (socket.request.max.bytes); closing",
+                        self, e.size, e.max_size)
+            self._stop_reading()
+            return
+        except Exception:  # a bug here must cost this connection, not the listener
             log.exception("%s: unexpected error while reading; closing", self)
-        finally:
-            self._pending.put_nowait(None)
+            self._stop_reading()
+            return
+        if not self._reading or self.transport is None:
+            return
+        full = self._in_flight >= self._max_in_flight
+        if full != self._read_paused:
+            self._read_paused = full
+            if full:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
-    def _accept(self, payload: bytes) -> bool:
+    def _accept(self, payload: bytes | memoryview) -> bool:
         """Parse one request and start its handler; False means close the connection."""
         try:
             header = parse_request_header(payload)
@@ -311,6 +299,7 @@ class _Connection:
             self.host, self.port, self.id, self.listener,
         )
         task = asyncio.get_running_loop().create_task(self.router.dispatch(ctx, request))
+        self._in_flight += 1
         self._pending.put_nowait(
             _Pending(task, header.correlation_id, api_key, api_version, response_version)
         )
@@ -319,13 +308,10 @@ class _Connection:
     # ---------------------------------------------------------------- writing
 
     async def _write_loop(self) -> None:
-        # Responses that are ready back to back (pipelined requests) go out in one write: one
-        # send() per response was the largest cost in a profile of small produce requests.
         # Anything gathered is flushed before waiting on a handler that has not finished, so a
         # slow request never holds back the answers before it.
-        writer = self.writer
         pending = self._pending
-        out: list[bytes] = []
+        out: list[bytes | bytearray] = []
         try:
             while True:
                 if out and (pending.empty() or len(out) >= _MAX_BATCH):
@@ -353,20 +339,35 @@ class _Connection:
                     if frame is None:
                         return
                     out.append(frame)
-                self._slots.release()
+                self._in_flight -= 1
+                if self._read_paused:
+                    self._take_frames()
         except OSError as e:
             log.debug("%s: write failed: %s", self, e)
         finally:
-            if out and not writer.is_closing():
+            if out and not self._lost and not self._aborted:
                 # Answers to the requests before a failure are still owed to the client.
-                writer.write(b"".join(out))
+                self._write(b"".join(out))
+            self._stop_reading()
+            self._cancel_pending()
+            await self._close()
+            self.listener._connections.discard(self)
 
-    async def _flush(self, out: list[bytes]) -> None:
-        self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+    def _write(self, data: bytes | bytearray) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def _flush(self, out: list[bytes | bytearray]) -> None:
+        if self._lost:
+            raise ConnectionResetError("connection lost")
+        self._write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
-        await self.writer.drain()
+        if not self._writable.is_set():
+            await self._writable.wait()
+            if self._lost:
+                raise ConnectionResetError("connection lost")
 
-    def _encode(self, item: _Pending, response: Any) -> bytes | None:
+    def _encode(self, item: _Pending, response: Any) -> bytes | bytearray | None:
         cls = type(response)
         if (getattr(cls, "__api_key__", None), getattr(cls, "__version__", None)) != (
             item.api_key, item.response_version
@@ -380,3 +381,31 @@ class _Connection:
             log.exception("%s: cannot encode the response to API key %d v%d; closing",
                           self, item.api_key, item.api_version)
             return None
+
+    def _cancel_pending(self) -> None:
+        while not self._pending.empty():
+            item = self._pending.get_nowait()
+            if item is None:
+                continue
+            if not item.task.done():
+                item.task.cancel()
+            elif not item.task.cancelled() and item.task.exception() is not None:
+                # Nobody will await it now; log it here rather than as "never retrieved".
+                log.warning("%s: handler for API key %d v%d failed after the connection closed: %r",
+                            self, item.api_key, item.api_version, item.task.exception())
+
+    async def _close(self) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        if self._aborted or self._lost:
+            transport.abort()
+            return
+        transport.close()  # sends what is buffered first
+        try:
+            await asyncio.wait_for(asyncio.shield(self._closed), _CLOSE_TIMEOUT)
+        except TimeoutError:
+            transport.abort()
+        except asyncio.CancelledError:
+            transport.abort()
+            raise

@@ -71,6 +71,7 @@ class ShardCore:
         self.forward = forward
         self.owners: dict[tuple[str, int], PartitionOwner] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[PartitionOwner]] = {}
+        self._append_locks: dict[tuple[str, int], asyncio.Lock] = {}
         self.cluster_id = ""
         self.router = Router()
         host, port = config.listen_host_port()
@@ -174,29 +175,43 @@ class ShardCore:
     # Each returns plain values so the same call works locally and forwarded through Ray.
 
     async def produce(self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> dict[str, Any]:
-        info = await self.topics.get(topic)
-        if info is None or not 0 <= partition < info.partitions:
-            return {"error": int(ErrorCode.unknown_topic_or_partition)}
-        if not self.is_local(info, partition):
-            return await self._forward(self.leader_of(info, partition), "produce",
-                                       (topic, partition, records, acks, timeout_ms))
-        try:
-            owner = await self.owner(topic, partition)
-        except (MetadataStoreError, FencedError, OSError) as e:
-            log.warning("cannot open %s-%d: %s", topic, partition, e)
-            return {"error": int(ErrorCode.not_leader_or_follower)}
-        outcome = await owner.append(records, acks=acks)
-        result = {"error": int(outcome.error), "base_offset": outcome.base_offset,
-                  "log_append_time": outcome.log_append_time, "log_start_offset": outcome.log_start_offset,
-                  "message": outcome.message}
-        if outcome.durable is not None and acks == -1:
+        # Offsets must follow arrival order. asyncio.Lock is FIFO, so holding it from arrival until
+        # the owner has assigned offsets keeps a request that came later (e.g. while the owner was
+        # still opening) from overtaking an earlier one.
+        lock = self._append_locks.get((topic, partition))
+        if lock is None:
+            lock = self._append_locks[(topic, partition)] = asyncio.Lock()
+        async with lock:
+            result, durable = await self._append(topic, partition, records, acks, timeout_ms)
+        if durable is not None and acks == -1 and result["error"] == 0:
             try:
-                await asyncio.wait_for(asyncio.shield(outcome.durable), timeout=max(timeout_ms, 1) / 1000)
+                await asyncio.wait_for(asyncio.shield(durable), timeout=max(timeout_ms, 1) / 1000)
             except TimeoutError:
                 result["error"] = int(ErrorCode.request_timed_out)
             except PartitionError as e:
                 result["error"] = int(e.code)
         return result
+
+    async def _append(self, topic: str, partition: int, records: bytes, acks: int,
+                      timeout_ms: int) -> tuple[dict[str, Any], asyncio.Future[None] | None]:
+        info = await self.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return {"error": int(ErrorCode.unknown_topic_or_partition)}, None
+        if not self.is_local(info, partition):
+            # The owning shard applies the acks rule and the request timeout itself.
+            forwarded = self._forward(self.leader_of(info, partition), "produce",
+                                      (topic, partition, records, acks, timeout_ms))
+            return await forwarded, None
+        try:
+            owner = await self.owner(topic, partition)
+        except (MetadataStoreError, FencedError, OSError) as e:
+            log.warning("cannot open %s-%d: %s", topic, partition, e)
+            return {"error": int(ErrorCode.not_leader_or_follower)}, None
+        outcome = await owner.append(records, acks=acks)
+        result = {"error": int(outcome.error), "base_offset": outcome.base_offset,
+                  "log_append_time": outcome.log_append_time, "log_start_offset": outcome.log_start_offset,
+                  "message": outcome.message}
+        return result, outcome.durable
 
     async def fetch(self, parts: list[tuple[str, int, int, int]], max_wait_ms: int, min_bytes: int,
                     max_bytes: int) -> list[dict[str, Any]]:

@@ -20,12 +20,19 @@ from kafscale.protocol.errors import (
     UnknownApiKey,
     UnsupportedApiVersion,
 )
-from kafscale.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameBuffer, check_frame_size, frame
+from kafscale.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameAssembler,
+    FrameBuffer,
+    check_frame_size,
+    frame,
+)
 from kafscale.protocol.header import RequestHeader, parse_request_header
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "ErrorCode",
+    "FrameAssembler",
     "FrameBuffer",
     "InvalidFrameSize",
     "InvalidRequestHeader",

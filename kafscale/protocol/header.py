@@ -55,9 +55,10 @@ def request_header_version(api_key: int, api_version: int) -> int:
     return version
 
 
-def parse_request_header(payload: bytes, offset: int = 0) -> RequestHeader:
-    """Parse the header at `offset`. Raises InvalidRequestHeader when it is truncated or its
-    tagged-field section is inconsistent."""
+def parse_request_header(payload: bytes | memoryview, offset: int = 0) -> RequestHeader:
+    """Parse the header at `offset` of a frame payload (bytes, or the read-only memoryview the
+    listener hands out for large frames). Raises InvalidRequestHeader when it is truncated or
+    its tagged-field section is inconsistent."""
     end = len(payload)
     if end - offset < 8:
         raise InvalidRequestHeader(f"request of {end - offset} bytes is shorter than a header")
@@ -74,7 +75,7 @@ def parse_request_header(payload: bytes, offset: int = 0) -> RequestHeader:
             if end - pos < length:
                 raise InvalidRequestHeader("truncated client id")
             # Java decodes with replacement characters rather than failing; so do we.
-            client_id = payload[pos : pos + length].decode("utf-8", "replace")
+            client_id = str(payload[pos : pos + length], "utf-8", "replace")
             pos += length
         elif length != -1:
             raise InvalidRequestHeader(f"negative client id length {length}")
@@ -83,7 +84,7 @@ def parse_request_header(payload: bytes, offset: int = 0) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, client_id, header_version, pos - offset)
 
 
-def _uvarint(payload: bytes, pos: int, end: int) -> tuple[int, int]:
+def _uvarint(payload: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     result = 0
     for shift in (0, 7, 14, 21, 28):
         if pos >= end:
@@ -96,7 +97,7 @@ def _uvarint(payload: bytes, pos: int, end: int) -> tuple[int, int]:
     raise InvalidRequestHeader("varint longer than 5 bytes in tagged fields")
 
 
-def _skip_tagged_fields(payload: bytes, pos: int, end: int) -> int:
+def _skip_tagged_fields(payload: bytes | memoryview, pos: int, end: int) -> int:
     # Header tags (none are defined by Kafka today) are skipped by their declared size.
     count, pos = _uvarint(payload, pos, end)
     for _ in range(count):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import re
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -165,8 +166,6 @@ def build(api_key: int, /, **fields: Any) -> Any:
 
 def nested_request(api_key: int, name: str, /, **fields: Any) -> Any:
     """A nested request class of VERSIONS[api_key] (e.g. 'TopicProduceData'), built from fields."""
-    import sys
-
     module = sys.modules[request_class(api_key, VERSIONS[api_key]).__module__]
     return make(getattr(module, name), **fields)
 

@@ -369,10 +369,7 @@ def check_round_trip(cluster: Cluster, produced: Produced, consumed: list[Consum
     for p, items in per_partition.items():
         assert items, f"partition {p} got no records: keys were not spread"
         assert [offset for offset, _ in items] == list(range(len(items))), f"partition {p}: offsets not 0..n-1"
-        # KNOWN BUG (kafscale/actors/shard.py, ShardCore.owner): a produce request that arrives just after
-        # a new partition's owner has been opened, but before the requests that waited for the opening
-        # have resumed, is appended ahead of them. Seen here now and then (mostly on etcd, where opening
-        # takes longer) as a partition whose first batch sits after its second.
+        # Offsets follow arrival order even for requests that arrive while the owner is still opening.
         order = [i for _, i in items]
         assert order == sorted(order), f"partition {p}: records out of production order"
         if produced.delivered is not None:

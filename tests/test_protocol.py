@@ -35,6 +35,7 @@ from kio.serial._introspect import (
 from kafscale.acceptor.apis.api_versions import api_versions_handler
 from kafscale.acceptor.router import RequestContext, Router
 from kafscale.protocol import (
+    BufferPool,
     ErrorCode,
     FrameAssembler,
     FrameBuffer,
@@ -215,6 +216,28 @@ def test_frame_assembler_keeps_untaken_frames_and_rejects_bad_sizes():
     _feed(assembler, struct.pack(">i", 1001), rng, take=False)
     with pytest.raises(InvalidFrameSize):
         assembler.next_frame()
+
+
+def test_large_frame_buffers_are_pooled_and_reused():
+    pool = BufferPool(max_idle_bytes=3 * 2**20)
+    assembler = FrameAssembler(pool=pool)
+    rng = random.Random(3)
+    ids = set()
+    for i in range(5):
+        _feed(assembler, frame(bytes([i]) * 1_000_000), rng, take=False)
+        payload = assembler.next_frame()
+        assert isinstance(payload, memoryview) and payload[0] == i and len(payload) == 1_000_000
+        ids.add(id(payload.obj))
+        del payload
+    assembler.close()
+    assert len(ids) == 1  # one buffer, lent and returned five times
+    assert pool.idle_bytes == BufferPool.size_class(1_000_000) <= 3 * 2**20
+    # the idle cap holds: a fourth 1 MiB-class buffer is not kept
+    buffers = [pool.take(1_000_000) for _ in range(4)]
+    for b in buffers:
+        pool.give(b)
+    assert pool.idle_bytes <= 3 * 2**20
+    assert len(pool.take(50 * 2**20)) == 50 * 2**20  # giant requests bypass the pool
 
 
 # ------------------------------------------------------------------------------- codec

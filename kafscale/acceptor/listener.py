@@ -3,7 +3,7 @@
 Each connection is an asyncio.BufferedProtocol plus one writer task, and one task per request:
 
 * reading is callback-driven: the transport receives straight into the FrameAssembler's
-  buffers (protocol/framing.py: large produce requests land in their own buffer, copied once);
+  buffers (protocol/framing.py: a large produce request lands in a pooled buffer, copied once);
   each complete frame is parsed, its body decoded and its handler started as its own task right
   away, so a long-polling Fetch does not hold up a Produce sent after it on the same connection;
 * the writer task awaits those tasks strictly in arrival order and writes their responses,
@@ -51,7 +51,7 @@ from kafscale.acceptor.apis import api_versions
 from kafscale.acceptor.router import RequestContext, Router
 from kafscale.protocol.codec import decode_request, encode_response
 from kafscale.protocol.errors import InvalidFrameSize, ProtocolError
-from kafscale.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameAssembler
+from kafscale.protocol.framing import DEFAULT_MAX_FRAME_BYTES, BufferPool, FrameAssembler
 from kafscale.protocol.header import parse_request_header
 
 __all__ = ["Listener"]
@@ -86,6 +86,7 @@ class Listener:
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._stopping = False
+        self.buffers = BufferPool()  # receive buffers for large requests, shared by connections
 
     @property
     def advertised_host(self) -> str:
@@ -142,7 +143,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.client_id: str | None = None  # last seen, for log messages
         self.task: asyncio.Task[None] | None = None  # the writer; its end is the connection's end
         self.transport: asyncio.Transport | None = None
-        self._frames = FrameAssembler(listener.max_frame_bytes)
+        self._frames = FrameAssembler(listener.max_frame_bytes, pool=listener.buffers)
         self._max_in_flight = listener.max_in_flight
         self._pending: asyncio.Queue[_Pending | None] = asyncio.Queue()
         self._in_flight = 0  # requests started and not yet answered
@@ -219,6 +220,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._cancel_pending()
         if self.transport is not None:
             self.transport.abort()
+        self.listener._connections.discard(self)  # also when the writer never got to run
 
     def _stop_reading(self) -> None:
         if not self._reading:
@@ -351,6 +353,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._stop_reading()
             self._cancel_pending()
             await self._close()
+            self._frames.close()
             self.listener._connections.discard(self)
 
     def _write(self, data: bytes | bytearray) -> None:

@@ -22,6 +22,7 @@ from kafscale.protocol.errors import (
 )
 from kafscale.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,
+    BufferPool,
     FrameAssembler,
     FrameBuffer,
     check_frame_size,
@@ -31,6 +32,7 @@ from kafscale.protocol.header import RequestHeader, parse_request_header
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "BufferPool",
     "ErrorCode",
     "FrameAssembler",
     "FrameBuffer",

@@ -412,7 +412,7 @@ def _reader(cache: dict[tuple[int, int], _Reader], cls: type[Any]) -> _Reader:
     return entry
 
 
-def _decode(entry: _Reader, api_key: int, version: int, payload: bytes, offset: int) -> Any:
+def _decode(entry: _Reader, api_key: int, version: int, payload: bytes | memoryview, offset: int) -> Any:
     try:
         if entry.guard(payload, offset, [MAX_ELEMENTS]) > len(payload):
             raise _Invalid("truncated")
@@ -425,10 +425,12 @@ def _decode(entry: _Reader, api_key: int, version: int, payload: bytes, offset: 
     return value
 
 
-def decode_request(api_key: int, version: int, payload: bytes, offset: int) -> Any:
-    """Decode the body starting at `offset` (after the header). `payload` must be `bytes`
-    (kio's reader refuses writable buffers). Raises UnknownApiKey, UnsupportedApiVersion or
-    MalformedRequest; never lets garbage reach the native reader unchecked."""
+def decode_request(api_key: int, version: int, payload: bytes | memoryview, offset: int) -> Any:
+    """Decode the body starting at `offset` (after the header). `payload` must be read-only:
+    `bytes` or a read-only memoryview (kio's reader refuses writable buffers); the result keeps
+    no reference to it (records are copied into `bytes`). Raises UnknownApiKey,
+    UnsupportedApiVersion or MalformedRequest; never lets garbage reach the native reader
+    unchecked."""
     entry = _request_readers.get((api_key, version))
     if entry is None:
         entry = _reader(_request_readers, request_class(api_key, version))

@@ -116,9 +116,10 @@ def _field_types() -> dict[str, type]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; defaults are None so that only flags actually given override."""
     parser.add_argument("--config", help="YAML file with settings (keys as the flags, with underscores)")
+    types = _field_types()
     for f in fields(BrokerConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = _field_types()[f.name]
+        kind = types[f.name]
         env = "KAFSCALE_" + f.name.upper()
         help_text = f"{f.metadata.get('help', '')} [env {env}; default {f.default!r}]"
         if kind is bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from typing import Any
 
@@ -53,7 +54,7 @@ class Controller:
 
             ports = [p or free_port() for p in ports]
         self.addresses = [(i, advertised, port) for i, port in enumerate(ports)]
-        config = _asdict(cfg)
+        config = dataclasses.asdict(cfg)
         self.shards = [
             ShardActor.options(name=shard_actor_name(i), namespace=self.ray_namespace).remote(
                 i, config, self.addresses, METADATA_ACTOR_NAME if self.metadata_actor else None,
@@ -94,9 +95,3 @@ class Controller:
                 await self.metadata_actor.close.remote()
             with contextlib.suppress(Exception):
                 ray.kill(self.metadata_actor, no_restart=True)
-
-
-def _asdict(cfg: BrokerConfig) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(cfg)

@@ -236,8 +236,6 @@ class PartitionOwner:
             if h.is_transactional or h.is_control:
                 return AppendOutcome(ErrorCode.invalid_record,
                                      message="transactional and control batches are not supported")
-            if h.record_count != h.last_offset_delta + 1:
-                return AppendOutcome(ErrorCode.invalid_record, message="record count does not match offsets")
         max_bytes = self.topic_config().get("max.message.bytes")
         if max_bytes is not None:
             for _, h in batches:
@@ -356,7 +354,7 @@ class PartitionOwner:
         meta = SegmentMeta.from_info(built.info)
         self.segments.append(meta)
         self.high_watermark = meta.last + 1
-        self.reader.cache_built(meta, built.data)
+        self.reader.cache_built(meta, built)
 
     async def _create(self, key: str, data: bytes) -> None:
         """Conditional create. An object already at this key is our own earlier attempt (same bytes:

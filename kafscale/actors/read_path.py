@@ -17,7 +17,7 @@ from kafscale.storage import keys as object_keys
 from kafscale.storage.batch import LOG_OVERHEAD, BatchHeader, check_crc, read_header
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.index import SegmentIndex
-from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, CorruptSegmentError, SegmentReader
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, BuiltSegment, CorruptSegmentError, SegmentReader
 
 if TYPE_CHECKING:
     from kafscale.actors.partition_owner import PartitionOwner
@@ -74,7 +74,10 @@ class CachedSegment:
                 f"segment object holds offsets {info.base_offset}..{info.last_offset} in {info.size} bytes"
                 f" (crc {info.crc:#010x}), its commit says {expect.base}..{expect.last} in {expect.size}"
                 f" bytes (crc {expect.crc:#010x})", key=key)
-        found = list(reader.batches())
+        return cls.of_batches(data, list(reader.batches()))
+
+    @classmethod
+    def of_batches(cls, data: bytes, found: list[tuple[int, BatchHeader]]) -> CachedSegment:
         return cls(data, [h.base_offset for _, h in found], [p for p, _ in found], [h for _, h in found])
 
     def slice_from(self, offset: int, max_bytes: int) -> bytes:
@@ -108,10 +111,10 @@ class ReadPath:
         o = self.owner
         return object_keys.index_key(o.settings.namespace, o.topic, o.partition, base)
 
-    def cache_built(self, meta: SegmentMeta, data: bytes) -> None:
-        """Write-through after a flush: the tail a live consumer asks for next is already here."""
-        seg = CachedSegment.parse(data, self._object_key(meta.base), verify=False)
-        self.cache.put(self._key(meta.base), seg, len(data))
+    def cache_built(self, meta: SegmentMeta, built: BuiltSegment) -> None:
+        """Write-through after a flush: the tail a live consumer asks for next is already here.
+        The builder already knows where every batch sits, so nothing is parsed again."""
+        self.cache.put(self._key(meta.base), CachedSegment.of_batches(built.data, built.batches), len(built.data))
 
     def _whole_segments(self, meta: SegmentMeta) -> bool:
         return meta.size <= max(self.cache.capacity // 8, 1)
@@ -244,8 +247,7 @@ class ReadPath:
                 best = (meta.base, meta.max_ts)
         if best is None:
             return None
-        found = await self.offset_for_timestamp(best[1])
-        return found
+        return await self.offset_for_timestamp(best[1])
 
     def forget(self) -> None:
         o = self.owner

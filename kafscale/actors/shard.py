@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -116,8 +117,6 @@ class ShardCore:
         log.info("shard %d stopped", self.shard_id)
 
     async def _cluster_id(self) -> str:
-        import uuid
-
         kv = await self.meta.get(keys.CLUSTER)
         if kv is None:
             await self.meta.txn([Compare(keys.CLUSTER, "version", "==", 0)],
@@ -249,7 +248,7 @@ class ShardCore:
                 budget = max_bytes
                 total = 0
                 for i, o in owners.items():
-                    r = await self._read_one(o, parts[i][2], min(parts[i][3], max(budget, 1)), first=total == 0)
+                    r = await self._read_one(o, parts[i][2], min(parts[i][3], max(budget, 1)))
                     results[i] = r
                     n = len(r.get("records") or b"")
                     total += n
@@ -275,7 +274,7 @@ class ShardCore:
         return [r if r is not None else {"error": int(ErrorCode.unknown_server_error), "hwm": -1,
                                          "log_start": -1} for r in results]
 
-    async def _read_one(self, owner: PartitionOwner, offset: int, max_bytes: int, first: bool) -> dict[str, Any]:
+    async def _read_one(self, owner: PartitionOwner, offset: int, max_bytes: int) -> dict[str, Any]:
         base = {"hwm": owner.high_watermark, "log_start": owner.log_start_offset}
         if owner.fenced or owner.closed:
             return {"error": int(ErrorCode.not_leader_or_follower), **base}
@@ -286,7 +285,7 @@ class ShardCore:
         if owner.objects.state() == HealthState.UNAVAILABLE:
             return {"error": int(ErrorCode.kafka_storage_error), **base}
         try:
-            records = await owner.reader.read(offset, max_bytes if not first else max(max_bytes, 1))
+            records = await owner.reader.read(offset, max_bytes)
         except Exception as e:
             log.warning("read of %s-%d at %d failed: %s", owner.topic, owner.partition, offset, e)
             return {"error": int(ErrorCode.kafka_storage_error), **base}

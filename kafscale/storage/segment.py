@@ -92,6 +92,7 @@ class BuiltSegment:
     data: bytes
     index: bytes
     info: SegmentInfo
+    batches: list[tuple[int, BatchHeader]]  # (position in data, header) of every batch, in order
 
 
 def batches_region(size: int) -> tuple[int, int]:
@@ -161,7 +162,7 @@ def build_segment(
         max_timestamp=max_ts,
         crc=body_crc,
     )
-    return BuiltSegment(data=data, index=index.encode(), info=info)
+    return BuiltSegment(data=data, index=index.encode(), info=info, batches=placed)
 
 
 def parse_segment_header(data: Buffer, key: str | None = None) -> SegmentHeader:

@@ -1,33 +1,27 @@
-"""The `kafscale` command line."""
+"""The `kafscale` command line: the subcommands live in kafscale.commands, one module per family."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from kafscale import __version__, config
+from kafscale import __version__
+from kafscale.commands import COMMAND_MODULES
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafscale", description="Kafka-compatible streaming on object storage")
     parser.add_argument("--version", action="version", version=f"kafscale {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve_parser = commands.add_parser("serve", help="run a broker (shards on Ray)")
-    config.add_arguments(serve_parser)
-    args = parser.parse_args(argv)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_parser(commands)
+    return parser
 
-    if args.command == "serve":
-        from kafscale.logs import setup_logging
-        from kafscale.serve import serve
 
-        try:
-            settings = config.load(args)
-        except config.ConfigError as e:
-            print(f"kafscale: {e}", file=sys.stderr)
-            return 2
-        setup_logging(settings.log_level, settings.log_json)
-        return serve(settings)
-    return 1
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,11 @@
+"""Subcommands of the `kafscale` command line: one module per command family.
+
+Each module has `add_parser(commands)`, which adds its subparser(s) and sets `run` (args -> exit code)
+as the parser default. To add a command family, write the module and list it in COMMAND_MODULES.
+"""
+
+from __future__ import annotations
+
+COMMAND_MODULES = (
+    "kafscale.commands.serve",
+)

@@ -1,0 +1,28 @@
+"""`kafscale serve`: run a broker (shards on Ray)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kafscale import config
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("serve", help="run a broker (shards on Ray)")
+    config.add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kafscale.logs import setup_logging
+    from kafscale.serve import serve
+
+    try:
+        settings = config.load(args)
+    except config.ConfigError as e:
+        print(f"kafscale: {e}", file=sys.stderr)
+        return 2
+    setup_logging(settings.log_level, settings.log_json)
+    return serve(settings)

@@ -5,14 +5,38 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafscale.protocol.errors import ErrorCode
+from kafscale.testing.etcd_server import EtcdServer
+from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess
+from tests.integration.conftest import KafkaWire
+from tests.integration.test_broker_errors import batch, read_all, rows
 
 TOPIC_PARTITIONS = 4
+
+
+@pytest.fixture(params=["embedded", "cloud"])
+def store_args(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """`kafscale serve` flags for the embedded stores (none) or a fresh etcd prefix and S3 bucket."""
+    if request.param == "embedded":
+        yield []
+        return
+    etcd: EtcdServer = request.getfixturevalue("etcd_server")
+    s3: SeaweedS3Server = request.getfixturevalue("seaweed_server")
+    bucket = unique_bucket_name("serve")
+    yield ["--etcd-endpoints", etcd.endpoint, "--etcd-prefix", f"/serve-{uuid.uuid4().hex[:12]}/",
+           "--s3-endpoint", s3.endpoint_url, "--s3-bucket", bucket, "--s3-region", s3.region,
+           "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]
+    s3.delete_bucket(bucket)
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -67,10 +91,10 @@ def test_serve_produces_consumes_and_stops_cleanly(tmp_path: Path) -> None:
         assert [o for o, _ in records] == list(range(len(records)))
 
 
-def test_acknowledged_records_survive_kill_9(tmp_path: Path) -> None:
+def test_acknowledged_records_survive_kill_9(tmp_path: Path, store_args: list[str]) -> None:
     """Every acks=all acknowledged record is present exactly once after kill -9 and restart;
     no offset that was acknowledged is reused for other data."""
-    serve = ServeProcess(tmp_path / "data", shards=2)
+    serve = ServeProcess(tmp_path / "data", shards=2, extra_args=store_args)
     acked: dict[tuple[int, int], bytes] = {}
     stop = threading.Event()
     serve.start()
@@ -128,3 +152,45 @@ def test_acknowledged_records_survive_kill_9(tmp_path: Path) -> None:
         for o, v in records:
             if o in before:
                 assert before[o] == v, f"offset {o} of partition {p} was reused"
+
+
+def test_requests_to_a_shard_that_does_not_own_the_partition_are_forwarded(tmp_path: Path,
+                                                                          store_args: list[str]) -> None:
+    """One address is enough: produce, fetch and list offsets sent to shard 0 for partitions that
+    shard 1 owns are forwarded through Ray and answered as the owner would."""
+    with ServeProcess(tmp_path / "data", shards=2, extra_args=store_args) as serve:
+        _create_topic(serve.bootstrap, "forwarded", TOPIC_PARTITIONS)
+        with KafkaWire(serve.ports[0]) as wire:
+            leaders = {p.partition_index: int(p.leader_id) for p in wire.metadata(["forwarded"]).topics[0].partitions}
+            assert set(leaders.values()) == {0, 1}, f"placement did not use both shards: {leaders}"
+            for p in range(TOPIC_PARTITIONS):
+                for round_ in range(2):
+                    answer = wire.produce("forwarded", p, batch(rows(f"p{p}r{round_}", 5)))
+                    assert answer.error_code == ErrorCode.none, (p, answer.error_code)
+                    assert answer.base_offset == 5 * round_
+            for p in range(TOPIC_PARTITIONS):
+                got = read_all(wire, "forwarded", p)
+                assert [o for o, _ in got] == list(range(10))
+                assert [r[0] for _, r in got] == [f"p{p}r{i // 5}-{i % 5}".encode() for i in range(10)]
+                latest = wire.list_offset("forwarded", p, -1)
+                assert (latest.error_code, latest.offset) == (ErrorCode.none, 10)
+                by_time = wire.list_offset("forwarded", p, 1_700_000_000_002)
+                assert (by_time.error_code, by_time.offset) == (ErrorCode.none, 2)
+            assert wire.fetch("forwarded", 1, 11).error_code == ErrorCode.offset_out_of_range
+            # A long poll on a forwarded partition waits for data produced through the owner's own shard.
+            owner_port = serve.ports[leaders[1]]
+            corr_start = time.monotonic()
+            late: list[Any] = []
+
+            def produce_late() -> None:
+                time.sleep(0.5)
+                with KafkaWire(owner_port) as direct:
+                    late.append(direct.produce("forwarded", 1, batch(rows("late", 1))))
+
+            producer = threading.Thread(target=produce_late)
+            producer.start()
+            waited = wire.fetch("forwarded", 1, 10, max_wait_ms=10_000, min_bytes=1)
+            producer.join(30)
+            assert late and late[0].error_code == ErrorCode.none
+            assert waited.error_code == ErrorCode.none and waited.records
+            assert time.monotonic() - corr_start < 9, "the forwarded long poll did not wake on new data"

@@ -21,6 +21,7 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 from kio.schema.errors import ErrorCode
 
 from kafscale.actors.partition_owner import AppendOutcome, OwnerSettings, PartitionError, PartitionOwner
+from kafscale.actors.read_path import SegmentMeta
 from kafscale.cluster import keys
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
@@ -123,9 +124,13 @@ def stored_segments(store: ObjectStore, topic: str = TOPIC, partition: int = 0) 
     return out
 
 
-def stored_records(store: ObjectStore) -> list[tuple[int, bytes]]:
+async def stored_records(env: Env) -> list[tuple[int, bytes]]:
+    """Every record of the committed segments, read straight from the object keys their commits name."""
     out: list[tuple[int, bytes]] = []
-    for _, reader in sorted(stored_segments(store).items()):
+    for kv in await env.meta.range(keys.segments(TOPIC, 0)):
+        meta = SegmentMeta.from_value(kv.value)
+        key = object_keys.segment_key(NS, TOPIC, 0, meta.base, meta.key_epoch)
+        reader = SegmentReader(env.store.get(key), key=key, verify=True)
         for pos, header in reader.batches():
             out += records_of(reader.batch_bytes(pos, header))
     return out
@@ -356,7 +361,7 @@ async def test_offsets_contiguous_across_batches_requests_and_segments(env: Env)
             bases.append(header.base_offset)
     assert sorted(bases) == [0, 2, 5, 6, 10]
     expected_values = values(2, "a") + values(3, "b") + values(1, "c") + values(4, "d") + values(2, "e")
-    assert stored_records(env.store) == list(enumerate(expected_values))
+    assert (await stored_records(env)) == list(enumerate(expected_values))
     assert await read_all(owner) == list(enumerate(expected_values))
 
 
@@ -464,7 +469,7 @@ async def test_new_owner_resumes_at_committed_watermark_with_producer_state(env:
     await durable(resent)
     assert resent.base_offset == 5
     assert await read_all(second) == list(enumerate(values(3, "a") + values(2, "b") + values(1, "lost")))
-    assert stored_records(env.store) == list(enumerate(values(3, "a") + values(2, "b") + values(1, "lost")))
+    assert (await stored_records(env)) == list(enumerate(values(3, "a") + values(2, "b") + values(1, "lost")))
 
 
 async def test_committed_producer_state_holds_only_committed_batches(env: Env) -> None:
@@ -501,7 +506,7 @@ async def test_committed_producer_state_holds_only_committed_batches(env: Env) -
 # ---------------------------------------------------------------- uncommitted objects
 
 
-async def test_uploaded_but_uncommitted_segment_is_never_served_and_gets_replaced(env: Env) -> None:
+async def test_uploaded_but_uncommitted_segment_is_never_served_nor_deleted(env: Env) -> None:
     flaky_objects = FlakyObjects(env.store)
     objects = env.async_objects(flaky_objects)
     first = await env.owner(objects=objects)
@@ -523,8 +528,12 @@ async def test_uploaded_but_uncommitted_segment_is_never_served_and_gets_replace
     outcome = await second.append(batch(values(1, "real")), acks=-1)
     await durable(outcome)
     assert outcome.base_offset == 3
-    assert segment_object_key(3) in flaky_objects.deleted  # the leftover went through the delete path
-    assert stored_records(env.store) == list(enumerate(values(3, "ok") + values(1, "real")))
+    # The leftover stays (deleting it could race with a successor); this epoch wrote its own keys.
+    assert not flaky_objects.deleted
+    assert env.store.get(segment_object_key(3)) == built.data
+    assert second.segment_for(3).key_epoch == second.epoch
+    assert env.store.get(object_keys.segment_key(NS, TOPIC, 0, 3, second.epoch))
+    assert (await stored_records(env)) == list(enumerate(values(3, "ok") + values(1, "real")))
     assert await read_all(second) == list(enumerate(values(3, "ok") + values(1, "real")))
 
 
@@ -544,7 +553,7 @@ async def test_owner_dying_before_its_commit_leaves_nothing_a_successor_serves(e
     outcome = await second.append(batch(values(1, "fresh")), acks=-1)
     await durable(outcome)
     assert outcome.base_offset == 0
-    assert stored_records(env.store) == [(0, b"fresh0")]
+    assert (await stored_records(env)) == [(0, b"fresh0")]
     assert await read_all(second) == [(0, b"fresh0")]
 
 
@@ -568,13 +577,15 @@ async def test_zombie_cannot_commit_over_or_overwrite_its_successor(real_env: En
     assert refused.value.code == ErrorCode.not_leader_or_follower
     assert a.fenced and a.high_watermark == 2
     assert real_env.store.get(segment_object_key(2)) == b_object  # conditional create kept B's object
+    # The zombie's upload went to the keys of its own epoch, which nobody reads: nothing was deleted.
+    assert real_env.store.get(object_keys.segment_key(NS, TOPIC, 0, 2, a.epoch))
     assert (await a.append(batch(values(1, "late")), acks=-1)).error == ErrorCode.not_leader_or_follower
 
     await durable(await b.append(batch(values(1, "b2")), acks=-1))
     expected = list(enumerate(values(2, "a") + values(1, "b") + values(1, "b2")))
     assert await read_all(b) == expected
     assert await read_all(await real_env.owner()) == expected
-    assert stored_records(real_env.store) == expected
+    assert (await stored_records(real_env)) == expected
 
 
 async def test_zombie_flushing_first_is_refused_and_its_upload_replaced(real_env: Env) -> None:
@@ -591,7 +602,7 @@ async def test_zombie_flushing_first_is_refused_and_its_upload_replaced(real_env
     ours = await b.append(batch(values(1, "b")), acks=-1)  # at offset 0, where A's upload lies
     await durable(ours)
     assert ours.base_offset == 0
-    assert stored_records(real_env.store) == [(0, b"b0")]
+    assert (await stored_records(real_env)) == [(0, b"b0")]
     assert await read_all(await real_env.owner()) == [(0, b"b0")]
 
 
@@ -611,7 +622,7 @@ async def test_idempotent_retries_of_the_last_five_batches_get_their_original_of
     # Kafka keeps five batches per producer: the sixth-newest is no longer recognised.
     assert (await owner.append(sent[0], acks=-1)).error == ErrorCode.out_of_order_sequence_number
     assert owner.high_watermark == owner.next_offset == 12  # no retry took an offset
-    assert len(stored_records(env.store)) == 12
+    assert len(await stored_records(env)) == 12
 
 
 async def test_retry_of_a_still_buffered_batch_resolves_with_the_original(env: Env) -> None:
@@ -626,7 +637,7 @@ async def test_retry_of_a_still_buffered_batch_resolves_with_the_original(env: E
     flaky.gate.set()
     await retry_answered(retry, 0)
     assert original.durable is not None and original.durable.done()
-    assert owner.high_watermark == 2 and len(stored_records(env.store)) == 2
+    assert owner.high_watermark == 2 and len(await stored_records(env)) == 2
 
 
 async def test_sequence_gap_stale_epoch_and_new_epoch_rules(env: Env) -> None:
@@ -677,7 +688,7 @@ async def test_several_batches_of_one_producer_in_one_request(env: Env) -> None:
     broken = batch(values(1), pid=16, epoch=0, seq=6) + batch(values(1), pid=16, epoch=0, seq=8)
     assert (await owner.append(broken, acks=-1)).error == ErrorCode.out_of_order_sequence_number
     assert owner.next_offset == owner.high_watermark == 6  # neither the retry nor the refused request took one
-    assert stored_records(env.store) == list(enumerate(values(2, "x") + values(1, "y") + values(3, "z")))
+    assert (await stored_records(env)) == list(enumerate(values(2, "x") + values(1, "y") + values(3, "z")))
 
 
 # ---------------------------------------------------------------- faults
@@ -695,7 +706,7 @@ async def test_object_store_outage_holds_acknowledgements_until_the_data_is_stor
     flaky_objects.failing = False
     await durable(outcome, timeout=10)
     assert owner.high_watermark == 3
-    assert stored_records(env.store) == list(enumerate(values(3)))
+    assert (await stored_records(env)) == list(enumerate(values(3)))
     assert await read_all(await env.owner()) == list(enumerate(values(3)))
 
 
@@ -759,7 +770,7 @@ async def test_commit_applied_but_reply_lost_makes_no_duplicate_and_no_gap(env: 
     assert state is not None and state.value["next_offset"] == 4
     assert flaky_objects.deleted == []  # a re-upload of our own object is recognised, not deleted
     expected = list(enumerate(values(2, "a") + values(2, "b")))
-    assert stored_records(env.store) == expected
+    assert (await stored_records(env)) == expected
     assert await read_all(await env.owner()) == expected
 
 

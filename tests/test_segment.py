@@ -316,6 +316,15 @@ def test_keys_round_trip(ns_parts: list[str], topic: str, partition: int, base: 
     assert idx == kfs[: -len("kfs")] + "index"
 
 
+def test_epoch_variant_keys_round_trip() -> None:
+    kfs = segment_key("ns", "t", 3, 50, epoch=7)
+    assert kfs == "ns/t/3/segment-00000000000000000050-e7.kfs"
+    assert parse_segment_key(kfs) == SegmentKey("ns", "t", 3, 50, "kfs", 7)
+    assert parse_segment_key(index_key("ns", "t", 3, 50, epoch=7)) == SegmentKey("ns", "t", 3, 50, "index", 7)
+    assert parse_segment_key("ns/t/3/segment-00000000000000000050-e0.kfs") is None  # epoch 0 is the plain key
+    assert parse_segment_key("ns/t/3/segment-00000000000000000050-e07.kfs") is None
+
+
 def test_key_layout_and_listing_order() -> None:
     assert segment_key("production", "orders", 0, 50_000) == (
         "production/orders/0/segment-00000000000000050000.kfs"

@@ -39,20 +39,22 @@ class SegmentMeta:
     max_ts: int
     crc: int
     created_ms: int
+    key_epoch: int = 0  # which object key holds it (see kafscale.storage.keys): 0 = the plain key
 
     def to_value(self) -> dict[str, int]:
         return {"base": self.base, "last": self.last, "size": self.size, "records": self.records,
-                "min_ts": self.min_ts, "max_ts": self.max_ts, "crc": self.crc, "created_ms": self.created_ms}
+                "min_ts": self.min_ts, "max_ts": self.max_ts, "crc": self.crc, "created_ms": self.created_ms,
+                "key_epoch": self.key_epoch}
 
     @classmethod
     def from_value(cls, v: dict[str, Any]) -> SegmentMeta:
         return cls(v["base"], v["last"], v["size"], v["records"], v["min_ts"], v["max_ts"], v["crc"],
-                   v["created_ms"])
+                   v["created_ms"], v.get("key_epoch", 0))
 
     @classmethod
-    def from_info(cls, info: Any) -> SegmentMeta:
+    def from_info(cls, info: Any, key_epoch: int = 0) -> SegmentMeta:
         return cls(info.base_offset, info.last_offset, info.size, info.record_count, info.min_timestamp,
-                   info.max_timestamp, info.crc, info.created_ms)
+                   info.max_timestamp, info.crc, info.created_ms, key_epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,13 +105,13 @@ class ReadPath:
     def _key(self, base: int) -> tuple[str, str, int, int]:
         return ("seg", self.owner.topic, self.owner.partition, base)
 
-    def _object_key(self, base: int) -> str:
+    def _object_key(self, meta: SegmentMeta) -> str:
         o = self.owner
-        return object_keys.segment_key(o.settings.namespace, o.topic, o.partition, base)
+        return object_keys.segment_key(o.settings.namespace, o.topic, o.partition, meta.base, meta.key_epoch)
 
-    def _index_key(self, base: int) -> str:
+    def _index_key(self, meta: SegmentMeta) -> str:
         o = self.owner
-        return object_keys.index_key(o.settings.namespace, o.topic, o.partition, base)
+        return object_keys.index_key(o.settings.namespace, o.topic, o.partition, meta.base, meta.key_epoch)
 
     def cache_built(self, meta: SegmentMeta, built: BuiltSegment) -> None:
         """Write-through after a flush: the tail a live consumer asks for next is already here.
@@ -143,7 +145,7 @@ class ReadPath:
         return await asyncio.shield(task)
 
     async def _fetch_whole(self, meta: SegmentMeta) -> CachedSegment:
-        key = self._object_key(meta.base)
+        key = self._object_key(meta)
         data = await self.owner.objects.get(key)
         seg = await asyncio.get_running_loop().run_in_executor(None, CachedSegment.parse, data, key, True, meta)
         self.cache.put(self._key(meta.base), seg, len(data))
@@ -170,8 +172,8 @@ class ReadPath:
         key = ("idx", self.owner.topic, self.owner.partition, meta.base)
         cached = self.cache.get(key)
         if cached is None:
-            raw = await self.owner.objects.get(self._index_key(meta.base))
-            cached = SegmentIndex.parse(raw, key=self._index_key(meta.base))
+            raw = await self.owner.objects.get(self._index_key(meta))
+            cached = SegmentIndex.parse(raw, key=self._index_key(meta))
             self.cache.put(key, cached, len(raw) + 64)
         return cached
 
@@ -180,7 +182,7 @@ class ReadPath:
         it; at least one batch even when it exceeds max_bytes. Every batch's CRC is checked and its
         offsets must follow on from the index entry (the batch CRC does not cover the base offset)."""
         index = await self.index(meta)
-        key = self._object_key(meta.base)
+        key = self._object_key(meta)
         entry = index.entries[max(bisect.bisect_right(index.entries, offset, key=lambda e: e.offset) - 1, 0)]
         pos, expected = entry.position, entry.offset
         end = meta.size - SEGMENT_FOOTER_SIZE

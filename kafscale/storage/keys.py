@@ -1,8 +1,13 @@
-"""Object keys of segments and indexes: ``{namespace}/{topic}/{partition}/segment-{base:020d}.kfs|.index``.
+"""Object keys of segments and indexes: ``{namespace}/{topic}/{partition}/segment-{base:020d}[-e{epoch}].kfs|.index``.
 
 The base offset is zero-padded to 20 digits so that a lexicographic listing (what S3's ListObjectsV2
 returns) is also offset order. Builders reject names that would not parse back, so every key we write
 can be recognised again when a partition is recovered from a listing.
+
+The `-e{epoch}` variant is written only when the plain key is already taken by an object a dead owner
+uploaded but never committed: the owner of that epoch then writes its own key instead of deleting the
+leftover, which a zombie could otherwise race with its successor. Which key holds a committed segment is
+recorded in its metadata (`key_epoch`, 0 for the plain key).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ INDEX_SUFFIX = "index"
 # Kafka's legal topic characters and maximum length (org.apache.kafka.common.internals.Topic).
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
-_FILE_RE = re.compile(r"segment-([0-9]{20})\.(kfs|index)")
+_FILE_RE = re.compile(r"segment-([0-9]{20})(?:-e([1-9][0-9]{0,18}))?\.(kfs|index)")
 _MAX_PARTITION = 2**31 - 1
 _MAX_OFFSET = 2**63 - 1
 
@@ -35,6 +40,7 @@ class SegmentKey(NamedTuple):
     partition: int
     base_offset: int
     kind: Literal["kfs", "index"]
+    epoch: int = 0  # the owner epoch of a `-e{epoch}` variant key; 0 for the plain key
 
 
 def partition_prefix(namespace: str, topic: str, partition: int) -> str:
@@ -46,12 +52,12 @@ def partition_prefix(namespace: str, topic: str, partition: int) -> str:
     return f"{namespace}/{topic}/{partition}/"
 
 
-def segment_key(namespace: str, topic: str, partition: int, base_offset: int) -> str:
-    return _object_key(namespace, topic, partition, base_offset, SEGMENT_SUFFIX)
+def segment_key(namespace: str, topic: str, partition: int, base_offset: int, epoch: int = 0) -> str:
+    return _object_key(namespace, topic, partition, base_offset, SEGMENT_SUFFIX, epoch)
 
 
-def index_key(namespace: str, topic: str, partition: int, base_offset: int) -> str:
-    return _object_key(namespace, topic, partition, base_offset, INDEX_SUFFIX)
+def index_key(namespace: str, topic: str, partition: int, base_offset: int, epoch: int = 0) -> str:
+    return _object_key(namespace, topic, partition, base_offset, INDEX_SUFFIX, epoch)
 
 
 def parse_segment_key(key: str) -> SegmentKey | None:
@@ -68,16 +74,20 @@ def parse_segment_key(key: str) -> SegmentKey | None:
         return None
     base_offset = int(match.group(1))
     partition_id = int(partition)
-    if base_offset > _MAX_OFFSET or partition_id > _MAX_PARTITION:
+    epoch = int(match.group(2) or 0)
+    if base_offset > _MAX_OFFSET or partition_id > _MAX_PARTITION or epoch > _MAX_OFFSET:
         return None
-    kind: Literal["kfs", "index"] = "kfs" if match.group(2) == SEGMENT_SUFFIX else "index"
-    return SegmentKey(namespace, topic, partition_id, base_offset, kind)
+    kind: Literal["kfs", "index"] = "kfs" if match.group(3) == SEGMENT_SUFFIX else "index"
+    return SegmentKey(namespace, topic, partition_id, base_offset, kind, epoch)
 
 
-def _object_key(namespace: str, topic: str, partition: int, base_offset: int, suffix: str) -> str:
+def _object_key(namespace: str, topic: str, partition: int, base_offset: int, suffix: str, epoch: int) -> str:
     if not 0 <= base_offset <= _MAX_OFFSET:
         raise ValueError(f"base offset {base_offset} out of range")
-    return f"{partition_prefix(namespace, topic, partition)}segment-{base_offset:020d}.{suffix}"
+    if not 0 <= epoch <= _MAX_OFFSET:
+        raise ValueError(f"epoch {epoch} out of range")
+    variant = f"-e{epoch}" if epoch else ""
+    return f"{partition_prefix(namespace, topic, partition)}segment-{base_offset:020d}{variant}.{suffix}"
 
 
 def _valid_topic(topic: str) -> bool:

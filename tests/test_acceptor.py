@@ -313,6 +313,25 @@ def test_in_flight_limit_pauses_reading():
         srv.stop()
 
 
+def test_idle_connections_are_closed_busy_ones_are_not():
+    """Kafka's connections.max.idle.ms: silence closes a connection; a request in flight (a long
+    poll) keeps it open however long it takes."""
+    srv = Server(idle_timeout_s=0.4)
+    try:
+        idle = RawClient(srv.port)
+        busy = RawClient(srv.port)
+        busy.send(heartbeat_request("sleep:1.5", 1))
+        time.sleep(1.0)
+        assert idle.sock.recv(1) == b"", "the idle connection is still open"
+        got_corr, _ = decode_response(HEARTBEAT, 4, busy.recv_frame())
+        assert got_corr == 1
+        busy.send(heartbeat_request("fast", 2))
+        assert decode_response(HEARTBEAT, 4, busy.recv_frame())[0] == 2
+        busy.close()
+    finally:
+        srv.stop()
+
+
 def test_large_and_small_frames_interleaved_under_back_pressure():
     """Frames above the assembler's direct-read threshold (64 KiB) share one reused buffer;
     with a small in-flight limit they wait in it while earlier handlers run."""

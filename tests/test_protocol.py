@@ -519,6 +519,34 @@ def test_guard_rejects_array_length_bombs(api_key: int, version: int, body: byte
         decode_request(api_key, version, header + body, len(header))
 
 
+def test_unknown_tagged_fields_are_ignored_as_kafka_does():
+    """Tags a newer client sends that kio's schema lacks are skipped by their size, at the top level
+    and inside nested structs, next to known tags that are still read."""
+    fetch = request_class(1, 13)
+    plain = make(fetch, replica_id=-1, max_wait=datetime.timedelta(milliseconds=5), min_bytes=1, max_bytes=1024,
+                 isolation_level=0, session_id=0, session_epoch=-1, topics=(), forgotten_topics_data=(),
+                 rack_id="", cluster_id=None)
+    body = encode_entity(plain)
+    assert body[-1] == 0  # no tags set
+    # Top level: known tag 0 (cluster_id = "abc") between two unknown ones (7 and 300).
+    tags = b"\x03" + b"\x07\x03xyz" + b"\x00\x04\x04abc" + b"\xac\x02\x01!"
+    got = decode_request(1, 13, body[:-1] + tags, 0)
+    assert got == dataclasses.replace(plain, cluster_id="abc")
+
+    metadata = request_class(3, 12)
+    topic = nested(metadata, "MetadataRequestTopic")
+    req = make(metadata, topics=(make(topic, topic_id=uuid.UUID(int=5), name="orders"),),
+               allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    body = encode_entity(req)
+    tag_at = 1 + 16 + 1 + len("orders")  # array length, topic id, name: then the topic's tags
+    assert body[tag_at] == 0
+    mutated = body[:tag_at] + b"\x01\x05\x02hi" + body[tag_at + 1 : -1] + b"\x01\x09\x00"
+    assert decode_request(3, 12, mutated, 0) == req
+    # A skipped tag must still fit in the request.
+    with pytest.raises(MalformedRequest):
+        decode_request(3, 12, body[:-1] + b"\x01\x09\x7f", 0)
+
+
 def test_guard_caps_total_array_elements():
     # Metadata v1: MAX_ELEMENTS + 1 empty topic names (2 bytes each) fit the bytes but not the cap
     n = MAX_ELEMENTS + 1

@@ -76,12 +76,17 @@ class Listener:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         advertised_host: str | None = None,
         max_in_flight: int = 100,
+        idle_timeout_s: float = 600.0,
     ) -> None:
         self.router = router
         self.host = host
         self.port = port  # the bound port once start() returned (port 0 picks a free one)
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
+        # Kafka's connections.max.idle.ms: a connection with nothing in flight and no bytes in
+        # either direction for this long is closed, so abandoned clients do not pile up.
+        self.idle_timeout_s = idle_timeout_s
+        self._sweeper: asyncio.Task[None] | None = None
         self._advertised_host = advertised_host
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -102,12 +107,27 @@ class Listener:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), self.host, self.port, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.idle_timeout_s > 0:
+            self._sweeper = loop.create_task(self._close_idle())
         log.info("listening on %s:%d", self.host, self.port)
+
+    async def _close_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(self.idle_timeout_s / 4, 30.0))
+            now = loop.time()
+            for conn in list(self._connections):
+                if conn.idle_since(now) > self.idle_timeout_s:
+                    log.info("%s: idle for over %.0f s; closing", conn, self.idle_timeout_s)
+                    conn.stop_reading()
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, stop reading, let in-flight handlers finish and their responses be
         written for up to `grace` seconds, then cancel what is left and close every connection."""
         self._stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
         connections = list(self._connections)
@@ -154,6 +174,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._lost = False
         self._closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._aborted = False
+        self._last_active = asyncio.get_running_loop().time()
 
     def __str__(self) -> str:
         who = f"{self.host}:{self.port}"
@@ -182,6 +203,7 @@ class _Connection(asyncio.BufferedProtocol):
         return self._frames.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._last_active = asyncio.get_running_loop().time()
         self._frames.buffer_updated(nbytes)
         self._take_frames()
 
@@ -210,6 +232,10 @@ class _Connection(asyncio.BufferedProtocol):
     def stop_reading(self) -> None:
         """Take no further requests; the writer still answers those already taken."""
         self._stop_reading()
+
+    def idle_since(self, now: float) -> float:
+        """Seconds without a byte in either direction; 0 while a request is in flight."""
+        return 0.0 if self._in_flight else now - self._last_active
 
     def abort(self) -> None:
         """Drop everything: cancel handlers and the writer, reset the socket."""
@@ -358,6 +384,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _write(self, data: bytes | bytearray) -> None:
         assert self.transport is not None
+        self._last_active = asyncio.get_running_loop().time()
         self.transport.write(data)
 
     async def _flush(self, out: list[bytes | bytearray]) -> None:

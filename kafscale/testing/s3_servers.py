@@ -238,7 +238,16 @@ class SeaweedS3Server(_S3Server):
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def _launch(self) -> None:
+    def restart(self, timeout: float = 30.0) -> None:
+        """Stop and start again on the same ports and data: what clients see as an S3 outage."""
+        self.stop()
+        self._launch(self._ports)
+        self._wait_ready(timeout)
+
+    def _launch(self, reuse: dict[str, int] | None = None) -> None:
+        if reuse:
+            self._spawn(reuse)
+            return
         admin, admin_grpc = _free_port_pair(10000)
         taken = {admin, admin_grpc}
         ports = {"admin.port": admin, "admin.port.grpc": admin_grpc}
@@ -257,6 +266,9 @@ class SeaweedS3Server(_S3Server):
                 port = free_port()
             taken.add(port)
             ports[name] = port
+        self._spawn(ports)
+
+    def _spawn(self, ports: dict[str, int]) -> None:
         self._ports = ports
         args = [
             self.weed,

@@ -39,6 +39,7 @@ def serve(config: BrokerConfig) -> int:
     import ray
 
     from kafscale.actors.controller import CONTROLLER_NAME, Controller
+    from kafscale.actors.shard_actor import shard_actor_name
 
     # Ray workers do not share our working directory: hand them absolute paths.
     config = dataclasses.replace(config, data_dir=str(Path(config.data_dir).resolve()))
@@ -53,8 +54,10 @@ def serve(config: BrokerConfig) -> int:
         controller = Controller.options(name=CONTROLLER_NAME, namespace=RAY_NAMESPACE).remote(
             dataclasses.asdict(config), RAY_NAMESPACE)
         addresses = ray.get(controller.start.remote())
+        pids = {s["shard"]: s["pid"] for s in ray.get(controller.status.remote())}
         for shard_id, host, port in addresses:
-            log.info("shard %d listening on %s:%d", shard_id, host, port)
+            log.info("shard %d listening on %s:%d (Ray actor %s, pid %d)", shard_id, host, port,
+                     shard_actor_name(shard_id), pids[shard_id])
         stores = ("etcd " + config.etcd_endpoints) if config.etcd_endpoints else f"embedded in {config.data_dir}"
         objects = f"s3://{config.s3_bucket}/{config.s3_namespace}" if config.s3_bucket else f"{config.data_dir}/objects"
         log.info("ready: %d shards, metadata %s, objects %s", len(addresses), stores, objects)

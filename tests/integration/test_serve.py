@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.protocol.errors import ErrorCode
+from kafscale.ray_runtime import LocalRayHead
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess
@@ -230,3 +231,23 @@ def test_a_crashed_shard_is_restarted_and_clients_carry_on(tmp_path: Path) -> No
     assert stored == acked
     for p, records in got.items():
         assert [o for o, _ in records] == list(range(len(records))), f"partition {p} has a gap"
+
+
+def test_serve_joins_a_running_ray_cluster_and_leaves_it_running(tmp_path: Path) -> None:
+    """--ray-address: the broker runs its actors on an existing cluster and, when stopped, removes
+    them (a second broker can take the same names) without stopping the cluster itself."""
+    head = LocalRayHead(num_cpus=2)
+    address = head.start()
+    try:
+        for round_ in range(2):
+            with ServeProcess(tmp_path / "data", shards=2, extra_args=["--ray-address", address]) as serve:
+                assert "started a local Ray head" not in serve.log_text()
+                producer = Producer({"bootstrap.servers": serve.bootstrap, "acks": "all"})
+                for i in range(100):
+                    producer.produce("joined", value=f"{round_}-{i}".encode(), partition=0)
+                assert producer.flush(30) == 0
+                got = _consume_all(serve.bootstrap, "joined", 1, 100 * (round_ + 1))
+                assert [v for _, v in got[0]][-100:] == [f"{round_}-{i}".encode() for i in range(100)]
+            os.killpg(head.pgid, 0)  # the cluster outlives the broker: raises if its processes are gone
+    finally:
+        head.stop()

@@ -43,6 +43,8 @@ class BrokerConfig:
     cache_bytes: int = field(default=256 * 1024 * 1024, metadata={"help": "segment cache per shard"})
     readahead_segments: int = field(default=1, metadata={"help": "segments prefetched after a miss"})
     max_frame_bytes: int = field(default=100 * 1024 * 1024, metadata={"help": "largest request"})
+    connections_max_idle_ms: int = field(default=600_000, metadata={
+        "help": "close connections idle this long (Kafka's connections.max.idle.ms); 0 = never"})
     auto_create_topics: bool = field(default=True, metadata={"help": "create topics on first use"})
     default_partitions: int = field(default=1, metadata={"help": "partitions of auto-created topics"})
     max_pending_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "per-partition unflushed"})
@@ -52,6 +54,15 @@ class BrokerConfig:
     s3_unavailable_error_rate: float = field(default=0.6, metadata={"help": "S3 health: unavailable"})
     s3_health_window_s: float = field(default=30.0, metadata={"help": "S3 health sliding window"})
     ray_address: str = field(default="", metadata={"help": "join this Ray cluster (else start one)"})
+    metrics_listen: str = field(default="127.0.0.1:9644", metadata={
+        "help": "HOST:PORT of the first shard's /metrics /healthz /readyz (shard N: PORT+N; port 0: any; '' off)"})
+    retention_check_interval_ms: int = field(default=60_000, metadata={"help": "how often retention runs"})
+    group_initial_rebalance_delay_ms: int = field(default=0, metadata={
+        "help": "wait this long for more members when a group starts (Kafka's default 3000; see docs/groups.md)"})
+    group_min_session_timeout_ms: int = field(default=6_000, metadata={"help": "shortest consumer session allowed"})
+    group_max_session_timeout_ms: int = field(default=1_800_000, metadata={"help": "longest consumer session"})
+    offsets_retention_minutes: int = field(default=10_080, metadata={"help": "committed offsets of empty groups"})
+    offsets_retention_check_interval_ms: int = field(default=600_000, metadata={"help": "offset expiry period"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
     log_json: bool = field(default=False, metadata={"help": "structured JSON logs"})
 
@@ -87,6 +98,8 @@ class BrokerConfig:
                 raise ConfigError(f"{name}: must be positive, got {getattr(self, name)}")
         if self.shards < 0:
             raise ConfigError(f"shards: must be >= 0, got {self.shards}")
+        if self.connections_max_idle_ms < 0:
+            raise ConfigError(f"connections_max_idle_ms: must be >= 0 (0 = never), got {self.connections_max_idle_ms}")
         return self
 
 

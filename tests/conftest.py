@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.etcd",
     "tests.fixtures.ray",
+    "tests.fixtures.spark",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
 
 class Router:
     def __init__(self) -> None:
+        self.observe: Callable[[int, float], None] | None = None  # (api key, seconds) per request: metrics
         # Imported here: api_versions imports this module for its type hints.
         from kafscale.acceptor.apis import api_versions
 
@@ -71,4 +73,10 @@ class Router:
         route = self._routes.get(ctx.api_key)
         if route is None:  # the listener checks first; this guards direct callers
             raise LookupError(f"no handler for API key {ctx.api_key}")
-        return await route[2](ctx, request)
+        if self.observe is None:
+            return await route[2](ctx, request)
+        start = time.perf_counter()
+        try:
+            return await route[2](ctx, request)
+        finally:
+            self.observe(ctx.api_key, time.perf_counter() - start)

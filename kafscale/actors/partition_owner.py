@@ -29,8 +29,9 @@ from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState
-from kafscale.storage.metadata_store import Compare, MetadataStore, Put
+from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
 from kafscale.storage.object_store import ObjectNotFoundError, ObjectStoreError
+from kafscale.storage.recompress import recompress_batches
 from kafscale.storage.segment import build_segment
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class PartitionOwner:
         cache: ByteLRU,
         settings: OwnerSettings,
         topic_config: Callable[[], dict[str, Any]] = dict,
+        metrics: Any = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -95,6 +97,7 @@ class PartitionOwner:
         self.objects = objects
         self.settings = settings
         self.topic_config = topic_config
+        self.metrics = metrics  # kafscale.metrics.PartitionMetrics, or None
         self.epoch = 0
         self.next_offset = 0  # next offset to assign (buffered included)
         self.high_watermark = 0  # end of committed data
@@ -111,6 +114,8 @@ class PartitionOwner:
         self._space = asyncio.Event()
         self._data_waiters: set[asyncio.Event] = set()
         self._flusher: asyncio.Task[None] | None = None
+        # Flush commits and log start moves (retention, DeleteRecords) both write the state key.
+        self._state_lock = asyncio.Lock()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -173,8 +178,9 @@ class PartitionOwner:
     def pending_bytes(self) -> int:
         return self._open.nbytes + sum(p.nbytes for p in self._sealed)
 
-    async def append(self, records: bytes, *, acks: int) -> AppendOutcome:
-        """Assign offsets to the batches in `records` and buffer them for the next flush."""
+    async def append(self, records: bytes, *, acks: int, deadline: float | None = None) -> AppendOutcome:
+        """Assign offsets to the batches in `records` and buffer them for the next flush.
+        deadline (event loop time): give up waiting for buffer space then, with REQUEST_TIMED_OUT."""
         if self.fenced or self.closed:
             return AppendOutcome(ErrorCode.not_leader_or_follower)
         if self.objects.state() != HealthState.HEALTHY:
@@ -189,10 +195,17 @@ class PartitionOwner:
         error = self._validate(batches)
         if error is not None:
             return error
+        codec = self.topic_config().get("compression.type", "producer")
+        if codec != "producer":
+            buf, batches = recompress_batches(buf, batches, codec)
         # Back-pressure: hold the producer while too much is waiting for the object store.
         while self.pending_bytes() > self.settings.max_pending_bytes and not (self.fenced or self.closed):
             self._space.clear()
-            await self._space.wait()
+            remaining = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if remaining is not None and remaining <= 0:
+                return AppendOutcome(ErrorCode.request_timed_out, message="buffer full: the object store is behind")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._space.wait(), timeout=remaining)
         if self.fenced or self.closed:
             return AppendOutcome(ErrorCode.not_leader_or_follower)
 
@@ -220,13 +233,15 @@ class PartitionOwner:
         pending.chunks.append(buf)
         pending.nbytes += len(buf)
         pending.last_offset = self.next_offset - 1
+        if self.metrics is not None:
+            self.metrics.appended(len(buf), self.next_offset - base)
         outcome = AppendOutcome(base_offset=base, log_append_time=now_ms if log_append else -1,
                                 log_start_offset=self.log_start_offset)
         if acks != 0:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending.waiters.append(fut)
             outcome.durable = fut
-        if pending.nbytes >= self.settings.segment_bytes:
+        if pending.nbytes >= int(self.topic_config().get("segment.bytes", self.settings.segment_bytes)):
             self._seal()
         self._wake.set()
         return outcome
@@ -334,57 +349,72 @@ class PartitionOwner:
         """Upload one segment and commit it; retries store errors until it succeeds or is fenced."""
         built = build_segment(pending.chunks, created_ms=int(time.time() * 1000),
                               index_interval_bytes=self.settings.index_interval_bytes)
-        ns = self.settings.namespace
-        seg_key = object_keys.segment_key(ns, self.topic, self.partition, built.info.base_offset)
-        idx_key = object_keys.index_key(ns, self.topic, self.partition, built.info.base_offset)
+        started = time.monotonic()
         delay = 0.05
+        key_epoch: int | None = None
         while True:
             try:
-                await asyncio.gather(self._create(seg_key, built.data), self._create(idx_key, built.index))
-                await self._commit(pending, built.info)
+                if key_epoch is None:
+                    key_epoch = await self._upload(built.info.base_offset, built.data, built.index)
+                await self._commit(pending, built.info, key_epoch)
                 break
             except FencedError:
                 raise
             except Exception as e:  # store trouble: keep the data, retry with back-off
                 if self.closed and delay >= 2:
                     raise FencedError(f"giving up flush on close: {e}") from e
-                log.warning("flush of %s failed (%s); retrying in %.2fs", seg_key, e, delay)
+                log.warning("flush of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
+                            built.info.base_offset, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        meta = SegmentMeta.from_info(built.info)
+        if self.metrics is not None:
+            self.metrics.flushed(len(built.data), time.monotonic() - started)
+        meta = SegmentMeta.from_info(built.info, key_epoch)
         self.segments.append(meta)
         self.high_watermark = meta.last + 1
         self.reader.cache_built(meta, built)
 
-    async def _create(self, key: str, data: bytes) -> None:
-        """Conditional create. An object already at this key is our own earlier attempt (same bytes:
-        done) or garbage of an owner that uploaded but never committed (committed segments all lie
-        below our high watermark); once we have checked that we still own the partition we remove it
-        and try again. A zombie fails that check and leaves its successor's object alone."""
-        for _ in range(5):
-            if await self.objects.put_if_absent(key, data):
-                return
-            try:
-                if await self.objects.get(key) == data:
-                    return
-            except ObjectNotFoundError:
-                continue
-            await self._check_owner()
-            log.info("removing uncommitted leftover %s", key)
-            await self.objects.delete(key)
-        raise ObjectStoreError(f"could not create {key}: it keeps reappearing")
+    async def _upload(self, base: int, segment: bytes, index: bytes) -> int:
+        """Store a segment and its index by conditional create; returns the key epoch they went to.
 
-    async def _check_owner(self) -> None:
-        current = await self.meta.get(keys.owner(self.topic, self.partition))
-        if current is None or current.mod_revision != self._owner_revision:
-            raise FencedError(f"owner key of {self.topic}-{self.partition} changed")
+        An object already at the plain key is either our own earlier attempt (same bytes) or the
+        leftover of an owner that uploaded but never committed. Leftovers are never deleted here: a
+        zombie deleting "its" leftover could race with a successor that has just committed that key.
+        Instead this incarnation writes the keys of its own epoch, which no other owner writes."""
+        ns = self.settings.namespace
+        placed = await asyncio.gather(
+            self._place(object_keys.segment_key(ns, self.topic, self.partition, base), segment),
+            self._place(object_keys.index_key(ns, self.topic, self.partition, base), index))
+        if all(placed):
+            return 0
+        log.info("%s-%d: an uncommitted leftover holds offset %d; writing the keys of epoch %d",
+                 self.topic, self.partition, base, self.epoch)
+        for key, data in ((object_keys.segment_key(ns, self.topic, self.partition, base, self.epoch), segment),
+                          (object_keys.index_key(ns, self.topic, self.partition, base, self.epoch), index)):
+            if not await self._place(key, data):
+                raise ObjectStoreError(f"{key} holds other bytes, yet only epoch {self.epoch} writes it")
+        return self.epoch
 
-    async def _commit(self, pending: _Pending, info: Any) -> None:
+    async def _place(self, key: str, data: bytes) -> bool:
+        """Conditional create; True when the key now holds exactly `data`."""
+        if await self.objects.put_if_absent(key, data):
+            return True
+        try:
+            return await self.objects.get(key) == data
+        except ObjectNotFoundError:  # removed between the two calls (a topic deletion): try once more
+            return await self.objects.put_if_absent(key, data)
+
+    async def _commit(self, pending: _Pending, info: Any, key_epoch: int) -> None:
+        async with self._state_lock:  # log_start_offset must not move between reading and writing it
+            await self._commit_locked(pending, info, key_epoch)
+
+    async def _commit_locked(self, pending: _Pending, info: Any, key_epoch: int) -> None:
         state = {"next_offset": info.last_offset + 1, "log_start_offset": self.log_start_offset,
                  "epoch": self.epoch}
         ops = [
             Put(keys.state(self.topic, self.partition), state),
-            Put(keys.segment(self.topic, self.partition, info.base_offset), SegmentMeta.from_info(info).to_value()),
+            Put(keys.segment(self.topic, self.partition, info.base_offset),
+                SegmentMeta.from_info(info, key_epoch).to_value()),
         ]
         for pid, entry in pending.producers.items():
             ops.append(Put(keys.producer(self.topic, self.partition, pid), entry.to_value()))
@@ -401,6 +431,24 @@ class PartitionOwner:
             raise
         if not result.succeeded:
             raise FencedError(f"commit of {self.topic}-{self.partition} refused: epoch {self.epoch} is stale")
+
+    async def advance_log_start(self, offset: int) -> list[SegmentMeta]:
+        """Move the log start offset up to `offset` (<= high watermark) durably, dropping the segments
+        wholly below it from the committed state; returns them (the caller deletes their objects)."""
+        async with self._state_lock:
+            if offset <= self.log_start_offset or self.fenced:
+                return []
+            dropped = [s for s in self.segments if s.last < offset]
+            state = {"next_offset": self.high_watermark, "log_start_offset": offset, "epoch": self.epoch}
+            ops: list[Any] = [Put(keys.state(self.topic, self.partition), state)]
+            ops += [Delete(keys.segment(self.topic, self.partition, s.base)) for s in dropped]
+            guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self._owner_revision)]
+            if not (await self.meta.txn(guard, ops)).succeeded:
+                self._stop_writing()
+                raise FencedError(f"log start move of {self.topic}-{self.partition} refused: epoch is stale")
+            self.log_start_offset = offset
+            self.segments = [s for s in self.segments if s.last >= offset]
+        return dropped
 
     def _stop_writing(self) -> None:
         """This incarnation writes no more; its unanswered producers retry against the next owner."""

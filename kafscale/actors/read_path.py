@@ -118,6 +118,11 @@ class ReadPath:
         The builder already knows where every batch sits, so nothing is parsed again."""
         self.cache.put(self._key(meta.base), CachedSegment.of_batches(built.data, built.batches), len(built.data))
 
+    def cached(self, offset: int) -> bool:
+        """Whether a read at `offset` would be answered from memory, without an object store call."""
+        meta = self.owner.segment_for(offset)
+        return meta is not None and self._whole_segments(meta) and self._key(meta.base) in self.cache
+
     def _whole_segments(self, meta: SegmentMeta) -> bool:
         return meta.size <= max(self.cache.capacity // 8, 1)
 

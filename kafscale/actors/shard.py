@@ -19,10 +19,14 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.acceptor.listener import Listener
 from kafscale.acceptor.router import Router
+from kafscale.actors import group_registry, retention
 from kafscale.actors.partition_owner import FencedError, OwnerSettings, PartitionError, PartitionOwner
 from kafscale.cluster import keys
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
 from kafscale.config import BrokerConfig
+from kafscale.lag import LagSampler
+from kafscale.metrics import ShardMetrics, TimedMetadataStore
+from kafscale.metrics_http import MetricsServer, metrics_address
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState, HealthThresholds, HealthTracker
@@ -30,6 +34,7 @@ from kafscale.storage.metadata_store import Compare, MetadataStore, MetadataStor
 from kafscale.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
+PROBE_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +61,8 @@ class ShardCore:
     ) -> None:
         self.shard_id = shard_id
         self.config = config
-        self.meta = meta
+        self.metrics = ShardMetrics(self)
+        self.meta: MetadataStore = TimedMetadataStore(meta, self.metrics)
         thresholds = HealthThresholds(
             degraded_latency_ms=config.s3_degraded_latency_ms,
             unavailable_latency_ms=config.s3_unavailable_latency_ms,
@@ -64,9 +70,9 @@ class ShardCore:
             unavailable_error_rate=config.s3_unavailable_error_rate,
             window_s=config.s3_health_window_s,
         )
-        self.objects = AsyncObjectStore(objects, health=HealthTracker(thresholds))
+        self.objects = AsyncObjectStore(objects, health=HealthTracker(thresholds), observer=self.metrics.observe_s3)
         self.cache = ByteLRU(config.cache_bytes)
-        self.topics = TopicRegistry(meta)
+        self.topics = TopicRegistry(self.meta)
         self.topics.listeners.append(self._topic_changed)
         self.shards = shards or []
         self.forward = forward
@@ -74,17 +80,23 @@ class ShardCore:
         self._opening: dict[tuple[str, int], asyncio.Task[PartitionOwner]] = {}
         self._append_locks: dict[tuple[str, int], asyncio.Lock] = {}
         self.cluster_id = ""
+        self._prober: asyncio.Task[None] | None = None
         self.router = Router()
+        self.router.observe = self.metrics.observe_request
+        self._background: list[asyncio.Task[None]] = []
+        self.metrics_server: MetricsServer | None = None
         host, port = config.listen_host_port()
         if self.shards:
             port = self.shards[shard_id].port
         self.listener = Listener(self.router, host, port, max_frame_bytes=config.max_frame_bytes,
-                                 advertised_host=config.advertised_host or None)
+                                 advertised_host=config.advertised_host or None,
+                                 idle_timeout_s=config.connections_max_idle_ms / 1000)
         self.owner_settings = OwnerSettings(
             namespace=config.s3_namespace, segment_bytes=config.segment_bytes,
             flush_interval_ms=config.flush_interval_ms, index_interval_bytes=config.index_interval_bytes,
             max_pending_bytes=config.max_pending_bytes, readahead_segments=config.readahead_segments,
         )
+        self.groups = group_registry.for_shard(self)  # the group coordinators this shard hosts
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -95,10 +107,13 @@ class ShardCore:
         await self.topics.start()
         register_all(self.router, self)
         await self.listener.start()
+        self._prober = asyncio.get_running_loop().create_task(self._probe_object_store())
         if not self.shards:
             # Single-shard use (tests, one process): this shard is the whole cluster.
             self.shards = [ShardAddress(self.shard_id, self.advertised_host(), self.listener.port)]
         log.info("shard %d listening on %s:%d", self.shard_id, self.listener.host, self.listener.port)
+        await self.groups.start()
+        await self._start_operations()
         return ShardAddress(self.shard_id, self.advertised_host(), self.listener.port)
 
     def advertised_host(self) -> str:
@@ -107,6 +122,10 @@ class ShardCore:
     async def stop(self) -> None:
         """Stop accepting, flush every owner, release ownership."""
         log.info("shard %d stopping: closing listener", self.shard_id)
+        await self._stop_operations()
+        if self._prober is not None:
+            self._prober.cancel()
+        await self.groups.close()  # waiting JoinGroups get NOT_COORDINATOR instead of holding the listener's stop
         await self.listener.stop()
         log.info("shard %d stopping: flushing %d partitions", self.shard_id, len(self.owners))
         await asyncio.gather(*(o.close(flush=True) for o in self.owners.values()), return_exceptions=True)
@@ -115,6 +134,35 @@ class ShardCore:
         await self.topics.stop()
         self.objects.close()
         log.info("shard %d stopped", self.shard_id)
+
+    async def _probe_object_store(self) -> None:
+        """While the object store is judged unhealthy, probe it: refused produces and fetches make no
+        calls, so without probes the health window would only notice a recovery by ageing out."""
+        key = f"{self.config.s3_namespace}/__health/probe"
+        while True:
+            await asyncio.sleep(PROBE_INTERVAL_S)
+            if self.objects.state() != HealthState.HEALTHY:
+                with contextlib.suppress(Exception):
+                    await self.objects.head(key)
+
+    async def _start_operations(self) -> None:
+        """Retention loop and the metrics/health endpoint (kafscale.actors.retention, kafscale.metrics_http)."""
+        interval = self.config.retention_check_interval_ms / 1000
+        self.lag_sampler = LagSampler(self)
+        loop = asyncio.get_running_loop()
+        self._background += [loop.create_task(retention.run(lambda: self.owners.values(), interval)),
+                             loop.create_task(self.lag_sampler.run())]
+        address = metrics_address(self.config.metrics_listen, self.shard_id)
+        if address is not None:
+            self.metrics_server = MetricsServer(self, *address)
+            await self.metrics_server.start()
+
+    async def _stop_operations(self) -> None:
+        for task in self._background:
+            task.cancel()
+        self._background.clear()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
 
     async def _cluster_id(self) -> str:
         kv = await self.meta.get(keys.CLUSTER)
@@ -161,7 +209,7 @@ class ShardCore:
             await old.close(flush=False)
         owner = PartitionOwner(topic, partition, shard_id=self.shard_id, meta=self.meta, objects=self.objects,
                                cache=self.cache, settings=self.owner_settings,
-                               topic_config=lambda: self._topic_configs(topic))
+                               topic_config=lambda: self._topic_configs(topic), metrics=self.metrics.partition(topic))
         await owner.open()
         self.owners[(topic, partition)] = owner
         return owner
@@ -180,11 +228,15 @@ class ShardCore:
         lock = self._append_locks.get((topic, partition))
         if lock is None:
             lock = self._append_locks[(topic, partition)] = asyncio.Lock()
+        # The request timeout bounds the whole request: queueing, opening the owner, back-pressure
+        # and the wait for durability, so that a sick store gets a retriable answer in time.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 1) / 1000
         async with lock:
-            result, durable = await self._append(topic, partition, records, acks, timeout_ms)
+            result, durable = await self._append(topic, partition, records, acks, deadline)
         if durable is not None and acks == -1 and result["error"] == 0:
             try:
-                await asyncio.wait_for(asyncio.shield(durable), timeout=max(timeout_ms, 1) / 1000)
+                await asyncio.wait_for(asyncio.shield(durable), timeout=max(deadline - loop.time(), 0.001))
             except TimeoutError:
                 result["error"] = int(ErrorCode.request_timed_out)
             except PartitionError as e:
@@ -192,25 +244,32 @@ class ShardCore:
         return result
 
     async def _append(self, topic: str, partition: int, records: bytes, acks: int,
-                      timeout_ms: int) -> tuple[dict[str, Any], asyncio.Future[None] | None]:
+                      deadline: float) -> tuple[dict[str, Any], asyncio.Future[None] | None]:
         info = await self.topics.get(topic)
         if info is None or not 0 <= partition < info.partitions:
             return {"error": int(ErrorCode.unknown_topic_or_partition)}, None
         if not self.is_local(info, partition):
             # The owning shard applies the acks rule and the request timeout itself.
             forwarded = self._forward(self.leader_of(info, partition), "produce",
-                                      (topic, partition, records, acks, timeout_ms))
+                                      (topic, partition, records, acks, self._ms_left(deadline)))
             return await forwarded, None
         try:
-            owner = await self.owner(topic, partition)
+            remaining = deadline - asyncio.get_running_loop().time()
+            owner = await asyncio.wait_for(self.owner(topic, partition), timeout=max(remaining, 0.001))
+        except TimeoutError:  # the open goes on (it is shielded); a retry finds it done
+            return {"error": int(ErrorCode.request_timed_out)}, None
         except (MetadataStoreError, FencedError, OSError) as e:
             log.warning("cannot open %s-%d: %s", topic, partition, e)
             return {"error": int(ErrorCode.not_leader_or_follower)}, None
-        outcome = await owner.append(records, acks=acks)
+        outcome = await owner.append(records, acks=acks, deadline=deadline)
         result = {"error": int(outcome.error), "base_offset": outcome.base_offset,
                   "log_append_time": outcome.log_append_time, "log_start_offset": outcome.log_start_offset,
                   "message": outcome.message}
         return result, outcome.durable
+
+    @staticmethod
+    def _ms_left(deadline: float) -> int:
+        return max(int((deadline - asyncio.get_running_loop().time()) * 1000), 1)
 
     async def fetch(self, parts: list[tuple[str, int, int, int]], max_wait_ms: int, min_bytes: int,
                     max_bytes: int) -> list[dict[str, Any]]:
@@ -282,13 +341,16 @@ class ShardCore:
             return {"error": int(ErrorCode.offset_out_of_range), **base}
         if offset == owner.high_watermark:
             return {"error": 0, "records": b"", **base}
-        if owner.objects.state() == HealthState.UNAVAILABLE:
+        if owner.objects.state() != HealthState.HEALTHY and not owner.reader.cached(offset):
+            # The seed's health gating: no new reads pile onto a sick object store; the consumer
+            # retries. Committed data already in memory is still served: it needs no S3 call.
             return {"error": int(ErrorCode.kafka_storage_error), **base}
         try:
             records = await owner.reader.read(offset, max_bytes)
         except Exception as e:
             log.warning("read of %s-%d at %d failed: %s", owner.topic, owner.partition, offset, e)
             return {"error": int(ErrorCode.kafka_storage_error), **base}
+        self.metrics.fetched(owner.topic, records)
         return {"error": 0, "records": records, **base}
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
@@ -316,6 +378,15 @@ class ShardCore:
         if found is None:
             return {"error": 0, "offset": -1 if timestamp >= 0 else owner.high_watermark, "timestamp": -1}
         return {"error": 0, "offset": found[0], "timestamp": found[1]}
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> dict[str, Any]:
+        return await retention.delete_records(self, topic, partition, offset)
+
+    async def group_lag(self, group_id: str) -> list[dict[str, Any]]:
+        """Per partition the group committed to: committed offset, high watermark, lag (for metrics and the CLI)."""
+        if self.groups.check(group_id) == ErrorCode.not_coordinator and self.forward is not None:
+            return await self._forward(group_registry.coordinator_of(self, group_id), "group_lag", (group_id,))
+        return await group_registry.group_lag(self, group_id)
 
     async def _forward(self, shard: int, method: str, args: tuple[Any, ...]) -> Any:
         assert self.forward is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import ray
@@ -68,6 +69,10 @@ class ShardActor:
                          shards=self.shards, forward=self._forward)
         address = await core.start()
         self.core = core
+        from kafscale.metrics_ray import RayMirror  # the Ray dashboard's copy of the shard's metrics
+
+        mirror = RayMirror(core.metrics.registry, self.shard_id)
+        self._ray_metrics = asyncio.get_running_loop().create_task(mirror.run())
         return address
 
     async def start(self) -> tuple[int, str, int]:
@@ -91,9 +96,15 @@ class ShardActor:
     async def list_offset(self, *args: Any) -> dict[str, Any]:
         return await (await self._core()).list_offset(*args)
 
+    async def delete_records(self, *args: Any) -> dict[str, Any]:
+        return await (await self._core()).delete_records(*args)
+
+    async def group_lag(self, group_id: str) -> list[dict[str, Any]]:
+        return await (await self._core()).group_lag(group_id)
+
     async def status(self) -> dict[str, Any]:
         core = await self._core()
-        return {"shard": self.shard_id, "port": core.listener.port, "owners": len(core.owners),
+        return {"shard": self.shard_id, "pid": os.getpid(), "port": core.listener.port, "owners": len(core.owners),
                 "connections": core.listener.connections, "s3": core.objects.state().name.lower()}
 
     async def stop(self) -> None:

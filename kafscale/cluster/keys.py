@@ -5,17 +5,26 @@ shards/{id}                                 {host, port, started_ms}            
 topics/{name}                               {id, partitions, configs, created_ms, placement: [shard, ...]}
 partitions/{topic}/{p}/owner                {epoch, shard}                      fencing token
 partitions/{topic}/{p}/state                {next_offset, log_start_offset, epoch}
-partitions/{topic}/{p}/segments/{base:020d} {base, last, size, records, min_ts, max_ts, crc, created_ms}
+partitions/{topic}/{p}/segments/{base:020d} {base, last, size, records, min_ts, max_ts, crc, created_ms,
+                                             key_epoch}  (key_epoch: which object key, see storage/keys.py)
 partitions/{topic}/{p}/producers/{pid}      {epoch, batches: [[first_seq, last_seq, base, last], ...]}
 producer_ids/next                           next free producer id
+groups/{g}                                  {generation, protocol_type, protocol, leader, state_ms, members: [...]}
+                                            written when the generation changes (and with a group's first commit)
+group_offsets/{g}/{topic}/{p}               {offset, leader_epoch, metadata, commit_ms[, expire_ms]}
+group_coordinators/{g}                      {epoch, shard}                      fencing token of the coordinator
+({g} is the group id percent-encoded: group ids may contain '/'.)
 """
 
 from __future__ import annotations
+
+from urllib.parse import quote
 
 CLUSTER = "cluster"
 PRODUCER_ID_NEXT = "producer_ids/next"
 TOPICS = "topics/"
 SHARDS = "shards/"
+GROUPS = "groups/"
 
 
 def topic(name: str) -> str:
@@ -54,3 +63,23 @@ def producers(topic_name: str, partition: int) -> str:
 
 def producer(topic_name: str, partition: int, producer_id: int) -> str:
     return f"{producers(topic_name, partition)}{producer_id}"
+
+
+def _group(group_id: str) -> str:
+    return quote(group_id, safe="")
+
+
+def group(group_id: str) -> str:
+    return GROUPS + _group(group_id)
+
+
+def group_offsets(group_id: str) -> str:
+    return f"group_offsets/{_group(group_id)}/"
+
+
+def group_offset(group_id: str, topic_name: str, partition: int) -> str:
+    return f"{group_offsets(group_id)}{topic_name}/{partition}"
+
+
+def group_coordinator(group_id: str) -> str:
+    return f"group_coordinators/{_group(group_id)}"

@@ -140,6 +140,21 @@ class TopicRegistry:
         await self.meta.put(keys.topic(info.name), info.to_value())
         self._set(info.name, info.to_value())
 
+    async def modify(self, name: str, change: Any) -> TopicInfo | None:
+        """Apply change(TopicInfo) -> TopicInfo with compare-and-swap, so two admins altering one
+        topic at once (configs here, partitions there) cannot undo each other. None: no such topic.
+        change may raise to refuse; it is called again if another writer got in first."""
+        while True:
+            kv = await self.meta.get(keys.topic(name))
+            if kv is None:
+                return None
+            info = change(TopicInfo.from_value(name, kv.value))
+            result = await self.meta.txn([Compare(keys.topic(name), "mod_revision", "==", kv.mod_revision)],
+                                         [Put(keys.topic(name), info.to_value())])
+            if result.succeeded:
+                self._set(name, info.to_value())
+                return info
+
     async def delete(self, name: str) -> bool:
         result = await self.meta.txn(
             [Compare(keys.topic(name), "version", ">", 0)],

@@ -8,4 +8,11 @@ from __future__ import annotations
 
 COMMAND_MODULES = (
     "kafscale.commands.serve",
+    "kafscale.commands.topic",
+    "kafscale.commands.produce",
+    "kafscale.commands.consume",
+    "kafscale.commands.cluster",
+    "kafscale.commands.group",
+    "kafscale.commands.pipeline",
+    "kafscale.commands.sql",
 )

@@ -15,9 +15,11 @@ T = TypeVar("T")
 
 
 class AsyncObjectStore:
-    def __init__(self, store: ObjectStore, *, max_workers: int = 16, health: HealthTracker | None = None) -> None:
+    def __init__(self, store: ObjectStore, *, max_workers: int = 16, health: HealthTracker | None = None,
+                 observer: Callable[[str, float, bool], None] | None = None) -> None:
         self.store = store
         self.health = health or HealthTracker()
+        self.observer = observer  # (operation, seconds, ok) of every call: metrics
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="objstore")
 
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
@@ -27,13 +29,18 @@ class AsyncObjectStore:
             result = await loop.run_in_executor(self._pool, fn, *args)
         except ObjectNotFoundError:
             # A missing key is an answer, not a sign of a sick store.
-            self.health.record(time.monotonic() - start, True)
+            self._record(fn, time.monotonic() - start, True)
             raise
         except Exception:
-            self.health.record(time.monotonic() - start, False)
+            self._record(fn, time.monotonic() - start, False)
             raise
-        self.health.record(time.monotonic() - start, True)
+        self._record(fn, time.monotonic() - start, True)
         return result
+
+    def _record(self, fn: Callable[..., object], seconds: float, ok: bool) -> None:
+        self.health.record(seconds, ok)
+        if self.observer is not None:
+            self.observer(getattr(fn, "__name__", "call").strip("_<>"), seconds, ok)
 
     def state(self) -> HealthState:
         return self.health.state()
@@ -54,7 +61,10 @@ class AsyncObjectStore:
         return await self._call(self.store.head, key)
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
-        return await self._call(lambda: list(self.store.list(prefix)))
+        def list_objects() -> list[ObjectInfo]:
+            return list(self.store.list(prefix))
+
+        return await self._call(list_objects)
 
     async def delete(self, key: str) -> None:
         await self._call(self.store.delete, key)

@@ -24,7 +24,9 @@ T = TypeVar("T")
 class InProcessBroker:
     def __init__(self, config: BrokerConfig, *, meta: Callable[[], MetadataStore],
                  objects: Callable[[], ObjectStore]) -> None:
-        self.config = dataclasses.replace(config, listen="127.0.0.1:0")
+        # Free ports for the Kafka listener and (unless disabled) the metrics endpoint: tests run side by side.
+        metrics = "127.0.0.1:0" if config.metrics_listen else ""
+        self.config = dataclasses.replace(config, listen="127.0.0.1:0", metrics_listen=metrics)
         self._meta_factory = meta
         self._objects_factory = objects
         self._loop = asyncio.new_event_loop()

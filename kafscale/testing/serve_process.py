@@ -30,7 +30,7 @@ class ServeProcess:
     def start(self, timeout: float = 120) -> ServeProcess:
         args = [sys.executable, "-m", "kafscale.cli", "serve", "--listen", self.bootstrap,
                 "--shard-ports", ",".join(map(str, self.ports)), "--shards", str(self.shards),
-                "--data-dir", str(self.data_dir), *self.extra_args]
+                "--data-dir", str(self.data_dir), "--metrics-listen", "127.0.0.1:0", *self.extra_args]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout

@@ -1,0 +1,48 @@
+"""AlterConfigs v0-v2 (the legacy, non-incremental API): a topic's configs become exactly those given.
+
+Configs not named revert to their defaults, as in Kafka. Broker configs are read-only here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.acceptor.apis import config_resources as cr
+from kafscale.acceptor.apis.common import NO_THROTTLE, make, response_module
+from kafscale.acceptor.router import RequestContext, Router
+
+if TYPE_CHECKING:
+    from kafscale.actors.shard import ShardCore
+
+API_KEY, MIN_VERSION, MAX_VERSION = 33, 0, 2
+
+
+def register(router: Router, shard: ShardCore) -> None:
+    async def alter(res: Any, validate_only: bool) -> None:
+        resource_type = int(res.resource_type)
+        if resource_type in (cr.RESOURCE_BROKER, cr.RESOURCE_BROKER_LOGGER):
+            raise cr.refuse_broker_change()
+        if resource_type != cr.RESOURCE_TOPIC:
+            raise cr.ConfigProblem(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
+        names = [c.name for c in res.configs]
+        if len(set(names)) != len(names):
+            raise cr.ConfigProblem(ErrorCode.invalid_request, "a config is named twice")
+        await cr.alter_topic(shard, res.resource_name, {c.name: c.value for c in res.configs}, replace=True,
+                             validate_only=validate_only)
+
+    async def handle(ctx: RequestContext, req: Any) -> Any:
+        mod = response_module(ctx)
+        responses = []
+        for res in req.resources:
+            code, message = ErrorCode.none, None
+            try:
+                await alter(res, bool(req.validate_only))
+            except cr.ConfigProblem as e:
+                code, message = e.code, e.message
+            responses.append(make(mod.AlterConfigsResourceResponse, error_code=code, error_message=message,
+                                  resource_type=res.resource_type, resource_name=res.resource_name))
+        return make(mod.AlterConfigsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)

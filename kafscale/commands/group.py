@@ -1,0 +1,132 @@
+"""`kafscale group list|describe|reset-offsets|delete`: consumer groups over the Kafka admin protocol."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kafscale.commands.client import CommandError, add_common, admin, emit, run_command, table, wait
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("group", help="list, describe, reset and delete consumer groups")
+    sub = parser.add_subparsers(dest="group_command", required=True)
+    p = sub.add_parser("list", help="groups and their states")
+    p.set_defaults(run=run_command(list_groups))
+    p = sub.add_parser("describe", help="members, committed offsets and lag of a group")
+    p.add_argument("group")
+    p.set_defaults(run=run_command(describe))
+    p = sub.add_parser("reset-offsets", help="move a group's committed offsets (the group must be empty)")
+    p.add_argument("group")
+    p.add_argument("-t", "--topic", required=True)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to-earliest", action="store_true")
+    where.add_argument("--to-latest", action="store_true")
+    where.add_argument("--to-offset", type=int)
+    where.add_argument("--shift-by", type=int, help="relative to the committed offset")
+    p.add_argument("--execute", action="store_true", help="apply (default: only show the plan)")
+    p.set_defaults(run=run_command(reset_offsets))
+    p = sub.add_parser("delete", help="delete groups (with their committed offsets)")
+    p.add_argument("groups", nargs="+")
+    p.set_defaults(run=run_command(delete))
+    for p in sub.choices.values():
+        add_common(p)
+
+
+def list_groups(args: argparse.Namespace) -> int:
+    result = wait(admin(args).list_consumer_groups(request_timeout=args.timeout), args, "list groups")
+    groups = sorted(({"group": g.group_id, "state": g.state.name if g.state else "UNKNOWN"} for g in result.valid),
+                    key=lambda g: g["group"])
+    emit(args, groups, lambda d: table([[g["group"], g["state"]] for g in d], ["GROUP", "STATE"]) if d else "no groups")
+    return 0
+
+
+def _committed(client: Any, args: argparse.Namespace, group: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    fut = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=args.timeout)
+    answer = wait(fut[group], args, f"offsets of {group!r}")
+    return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+
+
+def _offsets(client: Any, args: argparse.Namespace, parts: list[tuple[str, int]], spec: Any) -> dict[Any, int]:
+    from confluent_kafka import TopicPartition
+
+    if not parts:
+        return {}
+    futures = client.list_offsets({TopicPartition(t, p): spec for t, p in parts}, request_timeout=args.timeout)
+    return {(tp.topic, tp.partition): wait(f, args, "list offsets").offset for tp, f in futures.items()}
+
+
+def describe(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import OffsetSpec
+
+    client = admin(args)
+    desc = wait(client.describe_consumer_groups([args.group], request_timeout=args.timeout)[args.group], args,
+                f"describe {args.group!r}", {"GROUP_ID_NOT_FOUND": "List groups with `kafscale group list`."})
+    committed = _committed(client, args, args.group)
+    latest = _offsets(client, args, sorted(committed), OffsetSpec.latest())
+    owner = {(tp.topic, tp.partition): m.member_id for m in desc.members
+             for tp in (m.assignment.topic_partitions if m.assignment else [])}
+    data = {
+        "group": args.group, "state": desc.state.name if desc.state else "UNKNOWN",
+        "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.host} for m in desc.members],
+        "offsets": [{"topic": t, "partition": p, "committed": c, "latest": latest.get((t, p), -1),
+                     "lag": max(latest.get((t, p), c) - c, 0), "member": owner.get((t, p))}
+                    for (t, p), c in sorted(committed.items())],
+    }
+
+    def text(d: dict[str, Any]) -> str:
+        rows = [[o["topic"], o["partition"], o["committed"], o["latest"], o["lag"], o["member"] or "-"]
+                for o in d["offsets"]]
+        return (f"group {d['group']}: {d['state']}, {len(d['members'])} member(s)\n\n"
+                + table(rows, ["TOPIC", "PARTITION", "COMMITTED", "LATEST", "LAG", "MEMBER"]))
+    emit(args, data, text)
+    return 0
+
+
+def reset_offsets(args: argparse.Namespace) -> int:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    client = admin(args)
+    md = client.list_topics(timeout=args.timeout).topics.get(args.topic)
+    if md is None or md.error is not None:
+        raise CommandError(f"topic {args.topic!r} does not exist\n  List topics with `kafscale topic list`.")
+    parts = [(args.topic, p) for p in sorted(md.partitions)]
+    earliest = _offsets(client, args, parts, OffsetSpec.earliest())
+    latest = _offsets(client, args, parts, OffsetSpec.latest())
+    committed = _committed(client, args, args.group) if args.shift_by is not None else {}
+    plan = {}
+    for tp in parts:
+        if args.to_earliest:
+            target = earliest[tp]
+        elif args.to_latest:
+            target = latest[tp]
+        elif args.to_offset is not None:
+            target = args.to_offset
+        else:
+            target = committed.get(tp, earliest[tp]) + args.shift_by
+        plan[tp] = min(max(target, earliest[tp]), latest[tp])  # Kafka's tool clamps into the log, too
+    if args.execute:
+        request = ConsumerGroupTopicPartitions(args.group, [TopicPartition(t, p, o) for (t, p), o in plan.items()])
+        fut = client.alter_consumer_group_offsets([request], request_timeout=args.timeout)
+        wait(fut[args.group], args, f"reset offsets of {args.group!r}")
+    data = {"group": args.group, "executed": args.execute,
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in plan.items()]}
+
+    def text(d: dict[str, Any]) -> str:
+        head = "reset" if d["executed"] else "would reset (add --execute to apply)"
+        return f"{head} group {d['group']}:\n" + table(
+            [[o["topic"], o["partition"], o["offset"]] for o in d["offsets"]], ["TOPIC", "PARTITION", "NEW OFFSET"])
+    emit(args, data, text)
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    client = admin(args)
+    futures = client.delete_consumer_groups(args.groups, request_timeout=args.timeout)
+    for group in args.groups:
+        wait(futures[group], args, f"delete group {group!r}")
+    emit(args, {"deleted": args.groups}, lambda d: "\n".join(f"deleted group {g}" for g in d["deleted"]))
+    return 0

@@ -1,0 +1,40 @@
+"""`kafscale pipeline run CONFIG.yaml`: copy topics into Parquet or Iceberg tables with Spark, exactly once."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("pipeline", help="run the table processor (topics → Parquet/Iceberg tables)")
+    actions = parser.add_subparsers(dest="action", required=True)
+    run_parser = actions.add_parser("run", help="run the pipeline described by a YAML file")
+    run_parser.add_argument("config", help="pipeline YAML (see docs/pipeline.md)")
+    run_parser.add_argument("--trigger", help="override the file's trigger: available-now, once, or '10 seconds'")
+    run_parser.add_argument("--master", help="Spark master (default local[2], or $SPARK_MASTER)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kafscale.logs import setup_logging
+    from kafscale.pipeline.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"kafscale pipeline: {e}", file=sys.stderr)
+        return 2
+    setup_logging("INFO", False)
+    from kafscale.pipeline.runner import run_pipeline
+    from kafscale.pipeline.session import owned_session
+
+    try:
+        with owned_session(f"kafscale-pipeline-{cfg.name}", args.master, cfg.spark) as spark:
+            written = run_pipeline(spark, cfg, trigger=args.trigger)
+    except KeyboardInterrupt:
+        return 130
+    for table, rows in written.items():
+        print(f"{table}: {rows} rows appended")
+    return 0

@@ -1,0 +1,171 @@
+"""What the metadata store says is durably committed: topics, and per partition its offsets and segments.
+
+Only committed segments are read. An object in the bucket without a segment record is an upload whose
+commit never happened (a crash, a fenced owner) and may be replaced; the partition state's next_offset
+is the high watermark, so a segment record at or past it is ignored as well.
+
+The embedded store (a broker's --data-dir) is read straight from its SQLite file, read-only, so that a
+pipeline can run next to a live broker, which holds the store's writer lock. etcd is read with the
+broker's own client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from kafscale.actors.read_path import SegmentMeta
+from kafscale.cluster import keys
+from kafscale.pipeline.location import Location
+
+__all__ = ["PartitionLog", "Snapshot", "TopicMeta", "read_snapshot", "select_topics", "topic_names"]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    name: str
+    partitions: int
+    configs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def log_append_time(self) -> bool:
+        return str(self.configs.get("message.timestamp.type", "")).lower() == "logappendtime"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLog:
+    topic: str
+    partition: int
+    log_start: int  # first offset still kept
+    end: int  # high watermark: one past the last committed offset
+    segments: tuple[SegmentMeta, ...]  # committed, in offset order, overlapping [log_start, end)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    topics: dict[str, TopicMeta]
+    logs: dict[tuple[str, int], PartitionLog]
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return sorted(self.logs)
+
+
+def select_topics(names: Iterable[str], *, topics: list[str] | None = None, pattern: str | None = None) -> list[str]:
+    """Kafka source semantics: explicit topics must exist; a pattern matches whole names."""
+    names = sorted(names)
+    if pattern is not None:
+        regex = re.compile(pattern)
+        return [n for n in names if regex.fullmatch(n)]
+    wanted = topics or []
+    missing = [t for t in wanted if t not in names]
+    if missing:
+        raise ValueError(f"unknown topic(s): {', '.join(missing)}")
+    return wanted
+
+
+def read_snapshot(location: Location, *, topics: list[str] | None = None, pattern: str | None = None) -> Snapshot:
+    """Committed state of the selected topics (all topics when neither is given)."""
+    if location.etcd_endpoints:
+        return asyncio.run(_etcd_snapshot(location, topics, pattern))
+    return _sqlite_snapshot(location.metadata_path(), topics, pattern)
+
+
+def topic_names(location: Location) -> list[str]:
+    """Every topic, without reading any partition state."""
+    if location.etcd_endpoints:
+        return asyncio.run(_etcd_topic_names(location))
+    conn = _sqlite_connect(location.metadata_path())
+    try:
+        return sorted(_sqlite_topics(conn))
+    finally:
+        conn.close()
+
+
+def _build(topic_values: dict[str, Any], selected: list[str], states: dict[tuple[str, int], Any],
+           segments: dict[tuple[str, int], list[Any]]) -> Snapshot:
+    metas = {name: TopicMeta(name, int(topic_values[name]["partitions"]), dict(topic_values[name].get("configs", {})))
+             for name in selected}
+    logs: dict[tuple[str, int], PartitionLog] = {}
+    for name, meta in metas.items():
+        for p in range(meta.partitions):
+            state = states.get((name, p)) or {}
+            end = int(state.get("next_offset", 0))
+            start = int(state.get("log_start_offset", 0))
+            segs = sorted((SegmentMeta.from_value(v) for v in segments.get((name, p), [])), key=lambda s: s.base)
+            kept = tuple(s for s in segs if s.base < end and s.last >= start)
+            logs[(name, p)] = PartitionLog(name, p, start, end, kept)
+    return Snapshot(metas, logs)
+
+
+def _sqlite_snapshot(path: str, topics: list[str] | None, pattern: str | None) -> Snapshot:
+    conn = _sqlite_connect(path)
+    try:
+        # One read transaction: every row below comes from the same committed state of the store.
+        conn.execute("BEGIN")
+        topic_values = _sqlite_topics(conn)
+        selected = select_topics(topic_values, topics=topics, pattern=pattern)
+        states: dict[tuple[str, int], Any] = {}
+        segments: dict[tuple[str, int], list[Any]] = {}
+        for name in selected:
+            prefix = keys.partition_prefix(name).encode()
+            for k, v in conn.execute("SELECT key, value FROM kv WHERE key >= ? AND key < ?",
+                                     (prefix, prefix[:-1] + b"0")):
+                _, _, p, kind, *_ = bytes(k).decode().split("/", 4)
+                if kind == "state":
+                    states[(name, int(p))] = msgpack.unpackb(v, raw=False)
+                elif kind == "segments":
+                    segments.setdefault((name, int(p)), []).append(msgpack.unpackb(v, raw=False))
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        raise FileNotFoundError(f"cannot read the Kafscale metadata store at {path}: {exc}") from exc
+    finally:
+        conn.close()
+    return _build(topic_values, selected, states, segments)
+
+
+def _sqlite_connect(path: str) -> sqlite3.Connection:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no Kafscale metadata store at {path} (is kafscale.data.dir a broker's --data-dir?)")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+
+
+def _sqlite_topics(conn: sqlite3.Connection) -> dict[str, Any]:
+    rows = conn.execute("SELECT key, value FROM kv WHERE key >= ? AND key < ?",
+                        (keys.TOPICS.encode(), b"topics0")).fetchall()
+    return {bytes(k).decode()[len(keys.TOPICS):]: msgpack.unpackb(v, raw=False) for k, v in rows}
+
+
+async def _etcd_topic_names(location: Location) -> list[str]:
+    from kafscale.storage.etcd_store import EtcdStore
+
+    store = EtcdStore(location.etcd_endpoints, prefix=location.etcd_prefix)
+    try:
+        return sorted(kv.key[len(keys.TOPICS):] for kv in await store.range(keys.TOPICS))
+    finally:
+        await store.close()
+
+
+async def _etcd_snapshot(location: Location, topics: list[str] | None, pattern: str | None) -> Snapshot:
+    from kafscale.storage.etcd_store import EtcdStore  # gRPC only where etcd is used
+
+    store = EtcdStore(location.etcd_endpoints, prefix=location.etcd_prefix)
+    try:
+        topic_values = {kv.key[len(keys.TOPICS):]: kv.value for kv in await store.range(keys.TOPICS)}
+        selected = select_topics(topic_values, topics=topics, pattern=pattern)
+        parts = [(name, p) for name in selected for p in range(int(topic_values[name]["partitions"]))]
+        # States first, segments after: a segment committed in between lies at or past the state's
+        # next_offset and is dropped, so the two reads need not come from one revision.
+        state_kvs = await asyncio.gather(*(store.get(keys.state(t, p)) for t, p in parts))
+        seg_kvs = await asyncio.gather(*(store.range(keys.segments(t, p)) for t, p in parts))
+    finally:
+        await store.close()
+    states = {tp: kv.value for tp, kv in zip(parts, state_kvs, strict=True) if kv is not None}
+    segments = {tp: [kv.value for kv in kvs] for tp, kvs in zip(parts, seg_kvs, strict=True)}
+    return _build(topic_values, selected, states, segments)

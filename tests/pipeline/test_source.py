@@ -1,0 +1,120 @@
+"""Batch reads through Spark match what a Kafka consumer reads, record for record and byte for byte."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kafscale.pipeline.committed import read_snapshot
+from kafscale.pipeline.location import Location
+from kafscale.pipeline.slices import count_data_loss
+from kafscale.storage.keys import segment_key
+from tests.pipeline.conftest import NAMESPACE, Deployment, unique_topic
+from tests.pipeline.kafka import (
+    consume_all,
+    create_topic,
+    produce,
+    produce_xerial_snappy,
+    random_messages,
+    spark_records,
+)
+
+T0 = 1_700_000_000_000
+
+
+def kafscale_df(spark: Any, deployment: Deployment, **options: str) -> Any:
+    return spark.read.format("kafscale").options(**deployment.options).options(**options).load()
+
+
+def test_every_codec_over_many_segments_matches_a_consumer(spark: Any, deployment_cloud: Deployment) -> None:
+    topic = unique_topic("codecs")
+    create_topic(deployment_cloud.bootstrap, topic, 2)
+    for i, codec in enumerate(["none", "gzip", "snappy", "lz4", "zstd"]):
+        produce(deployment_cloud.bootstrap, topic, random_messages(400, seed=i, start_ms=T0 + i * 10_000), codec=codec)
+    produce_xerial_snappy(deployment_cloud.bootstrap, topic, random_messages(300, seed=9, start_ms=T0 + 60_000))
+
+    expected = consume_all(deployment_cloud.bootstrap, topic, 2)
+    assert len(expected) == 2300
+    snap = read_snapshot(Location.from_options(deployment_cloud.options), topics=[topic])
+    assert sum(len(log.segments) for log in snap.logs.values()) >= 20  # many segments, several per codec
+
+    df = kafscale_df(spark, deployment_cloud, topic=topic)
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    assert spark_records(df) == expected
+    assert {r.topic for r in df.select("topic").distinct().collect()} == {topic}
+
+
+@pytest.fixture(scope="module")
+def orders(deployment_embedded: Deployment) -> tuple[str, list]:
+    """A topic on the embedded stores (read with kafscale.data.dir next to the live broker): two partitions,
+    timestamps one second apart, many segments."""
+    topic = unique_topic("orders")
+    create_topic(deployment_embedded.bootstrap, topic, 2)
+    produce(deployment_embedded.bootstrap, topic, random_messages(1200, seed=42, start_ms=T0, step_ms=1000))
+    return topic, consume_all(deployment_embedded.bootstrap, topic, 2)
+
+
+def test_offset_ranges_patterns_and_timestamps(spark: Any, deployment_embedded: Deployment, orders: tuple) -> None:
+    topic, expected = orders
+    dep = deployment_embedded
+    assert spark_records(kafscale_df(spark, dep, topicPattern=topic[:-9] + ".*")) == expected
+
+    window = kafscale_df(spark, dep, topics=topic, startingOffsets=f'{{"{topic}": {{"0": 100, "1": -2}}}}',
+                         endingOffsets=f'{{"{topic}": {{"0": 250, "1": 40}}}}')
+    assert spark_records(window) == [r for r in expected
+                                     if (r.partition == 0 and 100 <= r.offset < 250) or (r.partition == 1 and r.offset < 40)]
+
+    cut = T0 + 700 * 1000
+    later = kafscale_df(spark, dep, topic=topic, startingTimestamp=str(cut))
+    assert spark_records(later) == [r for r in expected if r.timestamp >= cut]
+
+    assert kafscale_df(spark, dep, topic=topic, startingOffsets="latest").count() == 0
+
+
+def test_large_segments_are_read_in_byte_ranges(spark: Any, deployment_embedded: Deployment, orders: tuple) -> None:
+    topic, expected = orders
+    whole = kafscale_df(spark, deployment_embedded, topic=topic)
+    ranged = kafscale_df(spark, deployment_embedded, topic=topic, **{"kafscale.split.bytes": "4096"})
+    assert ranged.rdd.getNumPartitions() > whole.rdd.getNumPartitions()
+    assert spark_records(ranged) == expected
+
+
+def test_uncommitted_objects_are_ignored(spark: Any, deployment_embedded: Deployment, orders: tuple) -> None:
+    topic, expected = orders
+    snap = read_snapshot(Location.from_options(deployment_embedded.options), topics=[topic])
+    log = snap.logs[(topic, 0)]
+    # An upload whose commit never happened (a crashed or fenced owner) sits at the high watermark.
+    orphan = segment_key(NAMESPACE, topic, 0, log.end)
+    deployment_embedded.objects.put(orphan, deployment_embedded.objects.get(segment_key(NAMESPACE, topic, 0, log.segments[0].base)))
+    try:
+        assert spark_records(kafscale_df(spark, deployment_embedded, topic=topic)) == expected
+    finally:
+        deployment_embedded.objects.delete(orphan)
+
+
+def test_a_corrupt_segment_fails_the_job_or_is_skipped_and_counted(
+        spark: Any, deployment_embedded: Deployment, tmp_path: Any) -> None:
+    dep = deployment_embedded
+    topic = unique_topic("corrupt")
+    create_topic(dep.bootstrap, topic, 1)
+    produce(dep.bootstrap, topic, random_messages(600, seed=7, start_ms=T0), partitions=1)
+    expected = consume_all(dep.bootstrap, topic, 1)
+    log = read_snapshot(Location.from_options(dep.options), topics=[topic]).logs[(topic, 0)]
+    assert len(log.segments) >= 3
+    victim = log.segments[1]
+    key = segment_key(NAMESPACE, topic, 0, victim.base)
+    data = bytearray(dep.objects.get(key))
+    data[len(data) // 2] ^= 0x40
+    dep.objects.put(key, bytes(data))
+
+    with pytest.raises(Exception, match=key):
+        kafscale_df(spark, dep, topic=topic).count()
+
+    lost = tmp_path / "lost"
+    rows = spark_records(kafscale_df(spark, dep, topic=topic, failOnDataLoss="false",
+                                     **{"kafscale.dataLossDir": str(lost)}))
+    assert rows == [r for r in expected if not victim.base <= r.offset <= victim.last]
+    skipped = count_data_loss(str(lost))
+    assert [s["key"] for s in skipped] == [key]
+    assert skipped[0]["offsets"] == [victim.base, victim.last + 1]

@@ -1,0 +1,156 @@
+"""Group coordinators over a real (embedded) metadata store: durability of commits, restore after a restart,
+fencing of a replaced coordinator, group deletion and offset retention."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from kafscale.actors.group_offsets import OffsetEntry
+from kafscale.actors.group_registry import GroupRegistry
+from kafscale.actors.group_state import GroupSettings, State
+from kafscale.cluster import keys
+from kafscale.protocol.errors import ErrorCode
+from kafscale.storage.embedded_store import EmbeddedStore
+
+SESSION = 6000
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
+    meta = EmbeddedStore(tmp_path / "meta.sqlite")
+    try:
+        yield meta
+    finally:
+        await meta.close()
+
+
+async def registry(meta: EmbeddedStore, shard_id: int = 0) -> GroupRegistry:
+    r = GroupRegistry(shard_id, meta, GroupSettings(), owns=lambda _g: True, offsets_retention_ms=60_000,
+                      retention_check_interval_s=3600)
+    await r.start()
+    return r
+
+
+def entry(offset: int) -> OffsetEntry:
+    return OffsetEntry(offset, -1, "m", commit_ms=int(time.time() * 1000))
+
+
+async def join_one(r: GroupRegistry, group_id: str) -> tuple[str, int]:
+    """One member joins (v3: no MEMBER_ID_REQUIRED) and syncs; returns (member id, generation)."""
+    coordinator = await r.get(group_id, create=True)
+    assert coordinator is not None
+    joined = await coordinator.join(member_id="", instance_id=None, client_id="c", client_host="/h",
+                                    session_timeout_ms=SESSION, rebalance_timeout_ms=SESSION, protocol_type="consumer",
+                                    protocols=[("range", b"meta")], require_known_member_id=False)
+    synced = await coordinator.sync(member_id=joined.member_id, instance_id=None, generation=joined.generation,
+                                    protocol_type=None, protocol_name=None, assignments={joined.member_id: b"mine"})
+    assert synced.error == ErrorCode.none and synced.assignment == b"mine"
+    return joined.member_id, joined.generation
+
+
+async def test_commit_is_in_the_store_when_acknowledged_and_restored_after_restart(store: EmbeddedStore) -> None:
+    r = await registry(store)
+    member, generation = await join_one(r, "g/with/slashes")
+    coordinator = await r.get("g/with/slashes")
+    assert coordinator is not None
+    parts = [("t", p, entry(p * 10)) for p in range(250)]  # more than one etcd transaction's worth
+    assert await coordinator.commit(member, None, generation, parts) == ErrorCode.none
+    stored = await store.range(keys.group_offsets("g/with/slashes"))
+    assert len(stored) == 250
+    await r.close()
+
+    again = await registry(store)
+    await asyncio.wait_for(again._loaded.wait(), 10)
+    restored = again.groups["g/with/slashes"]
+    assert restored.group.state is State.STABLE and restored.group.generation == generation
+    assert restored.offsets[("t", 7)].offset == 70 and restored.offsets[("t", 7)].metadata == "m"
+    assert restored.group.members[member].assignment == b"mine"
+    assert await restored.heartbeat(member, None, generation) == ErrorCode.none
+    await again.close()
+
+
+async def test_replaced_coordinator_cannot_write(store: EmbeddedStore) -> None:
+    old = await registry(store, shard_id=0)
+    member, generation = await join_one(old, "g")
+    zombie = await old.get("g")
+    assert zombie is not None
+    new = await registry(store, shard_id=1)  # takes the coordinator epoch of every stored group
+    await asyncio.wait_for(new._loaded.wait(), 10)
+    assert "g" in new.groups
+    assert await zombie.commit(member, None, generation, [("t", 0, entry(5))]) == ErrorCode.not_coordinator
+    assert "g" not in old.groups and zombie.group.state is State.DEAD
+    assert await store.get(keys.group_offset("g", "t", 0)) is None
+    current = await new.get("g")
+    assert current is not None
+    assert await current.commit(member, None, generation, [("t", 0, entry(6))]) == ErrorCode.none
+    kv = await store.get(keys.group_coordinator("g"))
+    assert kv is not None and kv.value == {"epoch": 2, "shard": 1}
+    await old.close()
+    await new.close()
+
+
+async def test_standalone_commits_and_unknown_groups(store: EmbeddedStore) -> None:
+    r = await registry(store)
+    assert await r.get("nothing") is None
+    assert await store.get(keys.group_coordinator("nothing")) is None  # a lookup takes no coordinator key
+    standalone = await r.get("simple", create=True)
+    assert standalone is not None
+    assert await standalone.commit("", None, -1, [("t", 0, entry(3))]) == ErrorCode.none
+    record = await store.get(keys.group("simple"))
+    assert record is not None and record.value["members"] == []
+    assert [c.group_id for c in await r.all_groups()] == ["simple"]
+    await r.close()
+
+
+async def test_delete_group_needs_it_empty_and_removes_offsets(store: EmbeddedStore) -> None:
+    r = await registry(store)
+    member, generation = await join_one(r, "g")
+    coordinator = await r.get("g")
+    assert coordinator is not None
+    await coordinator.commit(member, None, generation, [("t", 0, entry(5))])
+    assert await coordinator.delete_group() == ErrorCode.non_empty_group
+    assert await coordinator.leave([(member, None)]) == (ErrorCode.none, [ErrorCode.none])
+    assert await coordinator.delete_group() == ErrorCode.none
+    assert await store.range(keys.group_offsets("g")) == []
+    assert await store.get(keys.group("g")) is None and "g" not in r.groups
+    assert await r.get("g") is None
+    await r.close()
+
+
+async def test_offsets_of_an_empty_group_expire_and_the_group_goes(store: EmbeddedStore) -> None:
+    r = await registry(store)
+    member, generation = await join_one(r, "g")
+    coordinator = await r.get("g")
+    assert coordinator is not None
+    await coordinator.commit(member, None, generation, [("t", 0, entry(5))])
+    await r.expire_offsets(int(time.time() * 1000) + 120_000)
+    assert "g" in r.groups  # members still there: a subscribed topic's offsets stay
+    await coordinator.leave([(member, None)])
+    await r.expire_offsets(int(time.time() * 1000) + 30_000)
+    assert "g" in r.groups  # Empty, but not for the whole retention yet
+    await r.expire_offsets(int(time.time() * 1000) + 61_000)
+    assert "g" not in r.groups and await store.get(keys.group("g")) is None
+    await r.close()
+
+
+async def test_session_expiry_runs_on_its_own_timer(store: EmbeddedStore) -> None:
+    r = GroupRegistry(0, store, GroupSettings(min_session_timeout_ms=100), owns=lambda _g: True,
+                      offsets_retention_ms=60_000, retention_check_interval_s=3600)
+    await r.start()
+    coordinator = await r.get("g", create=True)
+    assert coordinator is not None
+    joined = await coordinator.join(member_id="", instance_id=None, client_id="c", client_host="/h",
+                                    session_timeout_ms=200, rebalance_timeout_ms=200, protocol_type="consumer",
+                                    protocols=[("range", b"")], require_known_member_id=False)
+    await coordinator.sync(member_id=joined.member_id, instance_id=None, generation=1, protocol_type=None,
+                           protocol_name=None, assignments={})
+    await asyncio.sleep(0.5)
+    assert coordinator.group.state is State.EMPTY and coordinator.group.generation == 2
+    record = await store.get(keys.group("g"))
+    assert record is not None and record.value["members"] == [] and record.value["generation"] == 2
+    await r.close()

@@ -30,7 +30,8 @@ test: $(STAMP) $(SYSSTAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) $(SYSSTAMP)
-	$(BIN)/python -m benchmarks
+	$(BIN)/pip install --quiet -e ".[test,bench]"
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check kafscale tests benchmarks

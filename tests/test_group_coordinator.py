@@ -154,3 +154,14 @@ async def test_session_expiry_runs_on_its_own_timer(store: EmbeddedStore) -> Non
     record = await store.get(keys.group("g"))
     assert record is not None and record.value["members"] == [] and record.value["generation"] == 2
     await r.close()
+
+
+async def test_groups_of_other_shards_get_not_coordinator(store: EmbeddedStore) -> None:
+    r = GroupRegistry(0, store, GroupSettings(), owns=lambda g: g.startswith("mine"), offsets_retention_ms=60_000,
+                      retention_check_interval_s=3600)
+    await r.start()
+    assert await r.lookup("theirs", create=True) == (ErrorCode.not_coordinator, None)
+    error, coordinator = await r.lookup("mine", create=True)
+    assert error == ErrorCode.none and coordinator is not None
+    await r.close()
+    assert (await r.lookup("mine"))[0] == ErrorCode.coordinator_not_available

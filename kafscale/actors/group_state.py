@@ -15,6 +15,7 @@ durable before any member receives it: the coordinator writes it, then calls `as
 from __future__ import annotations
 
 import enum
+import logging
 import struct
 import uuid
 from collections import Counter
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 NEVER = float("inf")
 CONSUMER_PROTOCOL = "consumer"
@@ -231,7 +234,8 @@ class Group:
         if self.state in (State.COMPLETING, State.STABLE):
             # Changed metadata, or the leader re-joining (it does so to rebalance on topic changes).
             self._update_member(now, member, ticket, spec)
-            self._prepare_rebalance(now)
+            self._prepare_rebalance(now, f"{'leader' if member_id == self.leader else 'member'} {member_id} "
+                                    f"re-joined{'' if same else ' with new metadata'}")
             return None
         return JoinResult(ErrorCode.unknown_member_id, member_id)
 
@@ -270,7 +274,7 @@ class Group:
             member.protocols = previous
         self._update_member(now, member, ticket, spec)
         if self.state is not State.PREPARING:
-            self._prepare_rebalance(now)
+            self._prepare_rebalance(now, f"static member {instance_id} re-joined")
         return None
 
     def _add_member(self, now: float, ticket: int, member_id: str, spec: dict[str, Any]) -> None:
@@ -286,7 +290,7 @@ class Group:
             self.leader = member_id
         member.heartbeat_deadline = now + self.settings.new_member_join_timeout_ms / 1000
         if self.state in (State.EMPTY, State.STABLE, State.COMPLETING):
-            self._prepare_rebalance(now)
+            self._prepare_rebalance(now, f"member {member_id} joined")
 
     def _update_member(self, now: float, member: Member, ticket: int, spec: dict[str, Any]) -> None:
         member.protocols = spec["protocols"]
@@ -310,7 +314,9 @@ class Group:
         self.state = state
         self.state_since = now
 
-    def _prepare_rebalance(self, now: float) -> None:
+    def _prepare_rebalance(self, now: float, reason: str) -> None:
+        log.info("group %s: rebalancing from %s, generation %d: %s", self.group_id, self.state.value,
+                 self.generation, reason)
         if self.state is State.COMPLETING:
             self._propagate_assignment_error(now, ErrorCode.rebalance_in_progress)
         self.sync_deadline = None
@@ -351,6 +357,8 @@ class Group:
             return
         self.protocol_name = self.select_protocol()
         self._transition(State.COMPLETING, now)
+        log.info("group %s: generation %d with %d members, protocol %s", self.group_id, self.generation,
+                 len(self.members), self.protocol_name)
         for m in self.members.values():
             if m.join_ticket is not None:
                 self.replies.append((m.join_ticket, self._join_result(m.member_id)))
@@ -414,7 +422,7 @@ class Group:
             return  # the group moved on while the write was in flight
         if error != ErrorCode.none:
             self._propagate_assignment_error(now, error)
-            self._prepare_rebalance(now)
+            self._prepare_rebalance(now, f"storing the assignment failed ({error.name})")
             return
         for m in self.members.values():
             m.assignment = assignment.get(m.member_id, b"")
@@ -493,16 +501,16 @@ class Group:
             elif member_id not in self.members:
                 errors.append(ErrorCode.unknown_member_id)
                 continue
-            self._remove_member(now, self.members[member_id])
+            self._remove_member(now, self.members[member_id], "left")
             errors.append(ErrorCode.none)
         return ErrorCode.none, errors
 
-    def _remove_member(self, now: float, member: Member) -> None:
+    def _remove_member(self, now: float, member: Member, reason: str) -> None:
         self._reply_join(member, JoinResult(ErrorCode.unknown_member_id, ""))
         self._reply_sync(member, SyncResult(ErrorCode.unknown_member_id))
         self._remove(member.member_id)
         if self.state in (State.STABLE, State.COMPLETING):
-            self._prepare_rebalance(now)
+            self._prepare_rebalance(now, f"member {member.member_id} {reason}")
         else:
             self._try_complete_join(now)
 
@@ -534,14 +542,14 @@ class Group:
                 self._try_complete_join(now)
         for m in list(self.members.values()):
             if m.member_id in self.members and m.can_expire() and m.heartbeat_deadline <= now:
-                self._remove_member(now, m)
+                self._remove_member(now, m, "session expired")
         if self.sync_deadline is not None and self.sync_deadline <= now:
             self.sync_deadline = None
             if self.state in (State.COMPLETING, State.STABLE) and self.pending_sync:
                 for member_id in list(self.pending_sync):
                     if member_id in self.members:
                         self._remove(member_id)
-                self._prepare_rebalance(now)
+                self._prepare_rebalance(now, "members did not send SyncGroup in time")
         if self.join_deadline is not None and self.join_deadline <= now and self.state is State.PREPARING:
             if self.initial_delay and self.new_member_added and self.initial_remaining_ms > 0:
                 self.new_member_added = False

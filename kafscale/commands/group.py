@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from kafscale.commands.client import CommandError, add_common, admin, emit, run_command, table, wait
@@ -34,7 +35,10 @@ def add_parser(commands: Any) -> None:
 
 
 def list_groups(args: argparse.Namespace) -> int:
-    result = wait(admin(args).list_consumer_groups(request_timeout=args.timeout), args, "list groups")
+    client = admin(args)  # referenced until the result is in: a dropped AdminClient cancels its requests
+    result = wait(client.list_consumer_groups(request_timeout=args.timeout), args, "list groups")
+    for error in result.errors:
+        print(f"kafscale: a broker did not list its groups: {error}", file=sys.stderr)
     groups = sorted(({"group": g.group_id, "state": g.state.name if g.state else "UNKNOWN"} for g in result.valid),
                     key=lambda g: g["group"])
     emit(args, groups, lambda d: table([[g["group"], g["state"]] for g in d], ["GROUP", "STATE"]) if d else "no groups")

@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is at the time, so a handler outliving a redirected stream stays valid."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
 
 
 def add_parser(commands: Any) -> None:
@@ -18,7 +31,6 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafscale.logs import setup_logging
     from kafscale.pipeline.config import ConfigError, load_config
 
     try:
@@ -26,7 +38,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"kafscale pipeline: {e}", file=sys.stderr)
         return 2
-    setup_logging("INFO", False)
+    # Progress of our own loggers only: Spark's and py4j's INFO chatter stays off.
+    ours = logging.getLogger("kafscale")
+    if not ours.handlers:
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        ours.addHandler(handler)
+        ours.setLevel(logging.INFO)
     from kafscale.pipeline.runner import run_pipeline
     from kafscale.pipeline.session import owned_session
 

@@ -21,7 +21,8 @@ _LOCATION_FLAGS = (
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("sql", help="run a Spark SQL query over topics (each topic is a view)")
-    parser.add_argument("query", help='e.g. "SELECT CAST(value AS STRING) FROM orders WHERE timestamp > now() - INTERVAL 1 HOUR"')
+    parser.add_argument("query", help="e.g. \"SELECT CAST(value AS STRING) FROM orders"
+                                      " WHERE timestamp > now() - INTERVAL 1 HOUR\"")
     for flag, text in _LOCATION_FLAGS:
         parser.add_argument(flag, help=text)
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafscale.actors.read_path import SegmentMeta
 from kafscale.pipeline.committed import PartitionLog, Snapshot, TopicMeta, read_snapshot
 from kafscale.pipeline.location import Location, objects_for
 from kafscale.pipeline.slices import DataLossError, Slice, read_slice
@@ -73,7 +74,8 @@ class SourceOptions:
         return read_snapshot(self.location, topics=self.topics, pattern=self.pattern)
 
 
-def resolve_offsets(opts: SourceOptions, snap: Snapshot, spec: str, *, ending: bool = False) -> dict[tuple[str, int], int]:
+def resolve_offsets(opts: SourceOptions, snap: Snapshot, spec: str, *,
+                    ending: bool = False) -> dict[tuple[str, int], int]:
     """Concrete offsets for every partition of the snapshot from "earliest", "latest" or JSON."""
     out: dict[tuple[str, int], int] = {}
     given: Mapping[str, Mapping[str, int]] = {}
@@ -170,13 +172,13 @@ def _starts_after(topic: TopicMeta, segment_min_ts: int, max_timestamp: int) -> 
     return topic.log_append_time and segment_min_ts > max_timestamp
 
 
-def _slice(opts: SourceOptions, part: PartitionLog, seg, lo: int, hi: int,  # noqa: ANN001 - SegmentMeta
+def _slice(opts: SourceOptions, part: PartitionLog, seg: SegmentMeta, lo: int, hi: int,
            byte_range: tuple[int, int, int] | None, min_timestamp: int | None) -> Slice:
     return Slice(opts.location, part.topic, part.partition, seg, max(lo, part.log_start), hi, byte_range,
                  min_timestamp, opts.fail_on_data_loss, opts.data_loss_dir)
 
 
-def _ranges(opts: SourceOptions, part: PartitionLog, seg, lo: int, hi: int) -> list[tuple[int, int, int]]:  # noqa: ANN001
+def _ranges(opts: SourceOptions, part: PartitionLog, seg: SegmentMeta, lo: int, hi: int) -> list[tuple[int, int, int]]:
     """Byte ranges of about split_bytes between index entries (always batch boundaries)."""
     key = object_keys.index_key(opts.location.namespace, part.topic, part.partition, seg.base)
     index = SegmentIndex.parse(objects_for(opts.location).get(key), key=key)

@@ -113,10 +113,16 @@ def start_queries(spark: Any, cfg: PipelineConfig, *, trigger: str | None = None
 
 def run_pipeline(spark: Any, cfg: PipelineConfig, *, trigger: str | None = None) -> dict[str, int]:
     """Run until every query ends (available-now) or one fails or is interrupted; rows written per table."""
+    spark.streams.resetTerminated()  # forget queries that ended before this run
     queries = start_queries(spark, cfg, trigger=trigger)
     try:
+        # Any query's failure ends the run (awaitAnyTermination raises it), not only the first one's.
+        while any(query.isActive for query, _ in queries):
+            spark.streams.awaitAnyTermination()
+            spark.streams.resetTerminated()
         for query, _ in queries:
-            query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(f"query {query.name} failed: {query.exception()}")
     finally:
         for query, _ in queries:
             if query.isActive:

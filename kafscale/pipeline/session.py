@@ -36,7 +36,7 @@ def spark_session(app_name: str = "kafscale", master: str | None = None, conf: d
     return register(builder.getOrCreate())
 
 
-class owned_session:  # noqa: N801 - used like a function: `with owned_session(...) as spark:`
+class owned_session:
     """A session for a command: the one already running in this process (left running), or a new one that is
     stopped on exit."""
 

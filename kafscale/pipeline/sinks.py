@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -112,7 +112,8 @@ class ParquetSink:
             pq.write_to_dataset(dated, staged, partition_cols=["topic", "date"],
                                 basename_template=f"{self.pipeline}-{txn:08d}-{{i}}.parquet",
                                 file_visitor=lambda written: files.append(os.path.relpath(written.path, staged)))
-        entry = {"txn": txn, "offsets": _encode(progress), "files": sorted(files), "committed_ms": int(time.time() * 1000)}
+        entry = {"txn": txn, "offsets": _encode(progress), "files": sorted(files),
+                 "committed_ms": int(time.time() * 1000)}
         tmp = self.meta / f".txn-{txn:08d}.json"
         tmp.write_text(json.dumps(entry))
         os.replace(tmp, self.meta / f"txn-{txn:08d}.json")  # the commit point
@@ -124,11 +125,12 @@ class IcebergSink:
         from pyiceberg.catalog import load_catalog
 
         self.config = table
-        self.catalog = load_catalog(catalog.get("name", "kafscale"), **{k: v for k, v in catalog.items() if k != "name"})
+        properties = {k: v for k, v in catalog.items() if k != "name"}
+        self.catalog = load_catalog(catalog.get("name", "kafscale"), **properties)
         self.identifier = table.table
         self.property = f"kafscale.offsets.{pipeline}"
 
-    def _table(self):  # noqa: ANN202 - pyiceberg Table, imported lazily
+    def _table(self) -> Any:  # a pyiceberg Table, or None when it does not exist yet
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
@@ -143,16 +145,14 @@ class IcebergSink:
     def recover(self) -> None:
         pass  # a transaction either committed (offsets included) or left no trace
 
-    def _create(self, schema: pa.Schema):  # noqa: ANN202
-        from pyiceberg.transforms import DayTransform
-
+    def _create(self, schema: pa.Schema) -> Any:
         namespace = self.identifier.rsplit(".", 1)[0]
         self.catalog.create_namespace_if_not_exists(namespace)
         table = self.catalog.create_table_if_not_exists(self.identifier, schema=schema)
         if table.spec().is_unpartitioned():
+            # Identity only: pyiceberg needs its optional Rust core (pyiceberg-core) to write day() partitions.
             with table.update_spec() as spec:
                 spec.add_identity("topic")
-                spec.add_field("timestamp", DayTransform(), "date")
         return table
 
     def commit(self, data: pa.Table, progress: Progress) -> None:

@@ -115,7 +115,8 @@ def _record_data_loss(piece: Slice, reason: str) -> None:
     tmp = os.path.join(piece.data_loss_dir, "." + name)
     with open(tmp, "w") as fh:
         json.dump({"key": piece.key, "topic": piece.topic, "partition": piece.partition,
-                   "offsets": [max(piece.start_offset, piece.segment.base), min(piece.end_offset, piece.segment.last + 1)],
+                   "offsets": [max(piece.start_offset, piece.segment.base),
+                               min(piece.end_offset, piece.segment.last + 1)],
                    "reason": reason}, fh)
     os.replace(tmp, os.path.join(piece.data_loss_dir, name))
 

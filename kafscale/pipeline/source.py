@@ -59,7 +59,8 @@ KAFKA_SCHEMA = StructType([
     StructField("offset", LongType()),
     StructField("timestamp", TimestampType()),
     StructField("timestampType", IntegerType()),
-    StructField("headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))),
+    StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                 StructField("value", BinaryType())]))),
 ])
 
 

@@ -58,7 +58,8 @@ def print_rows(df: Any, fmt: str, limit: int, out: TextIO) -> int:
         cells = [[("NULL" if v is None else str(v)) for v in row] for row in values]
         widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
         line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-        out.write(line + "\n| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |\n" + line + "\n")
+        title = " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
+        out.write(f"{line}\n| {title} |\n{line}\n")
         for r in cells:
             out.write("| " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + " |\n")
         out.write(line + "\n")

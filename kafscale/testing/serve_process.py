@@ -32,12 +32,13 @@ class ServeProcess:
                 "--shard-ports", ",".join(map(str, self.ports)), "--shards", str(self.shards),
                 "--data-dir", str(self.data_dir), "--metrics-listen", "127.0.0.1:0", *self.extra_args]
         log = self.log_path.open("ab")
+        seen = self.log_path.stat().st_size  # a restart appends: only its own "ready" counts
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kafscale serve exited with {self.proc.returncode}; log: {self.log_path}")
-            if b" ready: " in self.log_path.read_bytes():
+            if b" ready: " in self.log_path.read_bytes()[seen:]:
                 return self
             time.sleep(0.2)
         self.kill()

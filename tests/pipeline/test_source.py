@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from tests.pipeline.kafka import (
     spark_records,
 )
 
-T0 = 1_700_000_000_000
+T0 = (int(time.time()) - 8 * 3600) * 1000  # recent: the broker's retention (7 days) must not delete it
 
 
 def kafscale_df(spark: Any, deployment: Deployment, **options: str) -> Any:
@@ -62,8 +63,8 @@ def test_offset_ranges_patterns_and_timestamps(spark: Any, deployment_embedded: 
 
     window = kafscale_df(spark, dep, topics=topic, startingOffsets=f'{{"{topic}": {{"0": 100, "1": -2}}}}',
                          endingOffsets=f'{{"{topic}": {{"0": 250, "1": 40}}}}')
-    assert spark_records(window) == [r for r in expected
-                                     if (r.partition == 0 and 100 <= r.offset < 250) or (r.partition == 1 and r.offset < 40)]
+    assert spark_records(window) == [r for r in expected if (r.partition == 0 and 100 <= r.offset < 250)
+                                     or (r.partition == 1 and r.offset < 40)]
 
     cut = T0 + 700 * 1000
     later = kafscale_df(spark, dep, topic=topic, startingTimestamp=str(cut))
@@ -86,7 +87,8 @@ def test_uncommitted_objects_are_ignored(spark: Any, deployment_embedded: Deploy
     log = snap.logs[(topic, 0)]
     # An upload whose commit never happened (a crashed or fenced owner) sits at the high watermark.
     orphan = segment_key(NAMESPACE, topic, 0, log.end)
-    deployment_embedded.objects.put(orphan, deployment_embedded.objects.get(segment_key(NAMESPACE, topic, 0, log.segments[0].base)))
+    first = deployment_embedded.objects.get(segment_key(NAMESPACE, topic, 0, log.segments[0].base))
+    deployment_embedded.objects.put(orphan, first)
     try:
         assert spark_records(kafscale_df(spark, deployment_embedded, topic=topic)) == expected
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import re
@@ -43,7 +44,7 @@ def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100.0 * len(ordered) + 0.5)) - 1))
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
     return ordered[rank]
 
 
@@ -153,7 +154,9 @@ class Broker:
         self.backend = backend
         self.dir = ctx.work / f"{name}-{backend}-{int(time.time() * 1000)}"
         self.dir.mkdir(parents=True)
-        args = ["--flush-interval-ms", str(flush_interval_ms), "--log-level", "WARNING", *(extra_args or [])]
+        self.metrics_port = _free_port_run(shards)
+        args = ["--flush-interval-ms", str(flush_interval_ms), "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+                *(extra_args or [])]
         self.bucket = ""
         if backend == "seaweedfs":
             server = ctx.seaweed()
@@ -200,6 +203,43 @@ class Broker:
             pids[int(m.group(1))] = int(m.group(2))
         return pids
 
+    def metrics(self) -> dict[str, dict[str, list[float]]]:
+        """Sums and counts of the latency/size histograms of every shard's /metrics, merged over shards:
+        {"kafscale_flush_duration_seconds": {"": [sum, count]}, "kafscale_s3_request_duration_seconds":
+        {"put_if_absent": [sum, count]}, …}. Diff two snapshots to get the means of a window."""
+        import urllib.request
+
+        out: dict[str, dict[str, list[float]]] = {}
+        for shard in range(self.serve.shards):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port + shard}/metrics", timeout=10) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                m = re.match(r'^(kafscale_\w+)_(sum|count)(?:\{(?:api|op)="([^"]*)"\})? ([0-9.eE+-]+)$', line)
+                if not m:
+                    continue
+                name, kind, label, value = m.group(1), m.group(2), m.group(3) or "", float(m.group(4))
+                slot = out.setdefault(name, {}).setdefault(label, [0.0, 0.0])
+                slot[0 if kind == "sum" else 1] += value
+        return out
+
+    def wait_idle(self, timeout: float = 180.0, quiet_s: float = 1.5) -> float:
+        """Wait until no flush happened for quiet_s (acks=1 runs leave buffered data behind that would
+        otherwise be flushed during the next measurement). Returns the seconds waited."""
+        t0 = time.monotonic()
+        last = self.metrics().get("kafscale_flush_duration_seconds", {}).get("", [0.0, 0.0])[1]
+        quiet_since = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            time.sleep(0.5)
+            count = self.metrics().get("kafscale_flush_duration_seconds", {}).get("", [0.0, 0.0])[1]
+            if count != last:
+                last, quiet_since = count, time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet_s:
+                break
+        return time.monotonic() - t0
+
     def memory(self) -> dict[str, Any]:
         assert self.serve.proc is not None
         return process_tree_memory(self.serve.proc.pid)
@@ -220,6 +260,40 @@ def broker(ctx: Context, backend: str, name: str, **kwargs: Any) -> Iterator[Bro
         yield b
     finally:
         b.stop()
+
+
+def metrics_delta(before: dict[str, dict[str, list[float]]],
+                  after: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per histogram and label: count and mean over the window between two Broker.metrics() snapshots."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, labels in after.items():
+        for label, (total, count) in labels.items():
+            t0, c0 = before.get(name, {}).get(label, [0.0, 0.0])
+            if count - c0 > 0:
+                unit = 1000.0 if name.endswith("_seconds") else 1.0
+                out.setdefault(name, {})[label or "all"] = {
+                    "count": count - c0, ("mean_ms" if unit == 1000.0 else "mean"): (total - t0) / (count - c0) * unit}
+    return out
+
+
+def _free_port_run(n: int) -> int:
+    """A port P such that P..P+n-1 are all free on 127.0.0.1 (shard N serves metrics on P+N)."""
+    import socket
+
+    from kafscale.testing.ports import free_port
+
+    for _ in range(200):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        try:
+            for i in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + i))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no run of free ports")
 
 
 def drop_page_cache(root: Path) -> int:
@@ -276,7 +350,7 @@ def _pss_kib(pid: int) -> int:
 
 def _cmdline(pid: int) -> list[str]:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0").split("\0")
     except OSError:
         return []
 

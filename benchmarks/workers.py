@@ -8,6 +8,7 @@ Kafka client (librdkafka through confluent-kafka) has a process of its own.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import struct
@@ -30,7 +31,7 @@ def pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100.0 * len(ordered) + 0.5)) - 1))
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
     return ordered[rank]
 
 
@@ -125,9 +126,12 @@ def produce(p: dict[str, Any]) -> dict[str, Any]:
     cpu0 = None
     produce_fn = producer.produce
     poll = producer.poll
+    count = int(p.get("count", 0))  # count mode: send exactly this many, every one measured
+    if count:
+        measure_from, measure_to = t0, float("inf")
     while True:
         now = mono()
-        if now >= measure_to:
+        if (count and sent >= count) or now >= measure_to:
             break
         if cpu0 is None and now >= measure_from:
             cpu0 = cpu_seconds()
@@ -146,7 +150,9 @@ def produce(p: dict[str, Any]) -> dict[str, Any]:
         if i % 500 == 0:
             poll(0)
     cpu1 = cpu_seconds()
-    remaining = producer.flush(120)
+    remaining = producer.flush(300)
+    if count:
+        duration = mono() - t0
     return {
         "sent": sent, "delivered": state["delivered"], "errors": state["errors"], "first_error": state["first_error"],
         "undelivered": remaining, "window_s": duration,
@@ -196,7 +202,10 @@ def e2e_consume(p: dict[str, Any]) -> dict[str, Any]:
     latencies: list[float] = []
     received = 0
     while received < expect and time.monotonic() < deadline:
-        for msg in consumer.consume(num_messages=1000, timeout=0.2):
+        # poll(), not consume(n, timeout): consume() waits until n records or the timeout, which would
+        # add up to the timeout to every latency at a moderate rate.
+        msg = consumer.poll(0.1)
+        if msg is not None:
             if msg.error():
                 continue
             now = time.time()
@@ -223,7 +232,7 @@ def catchup(p: dict[str, Any]) -> dict[str, Any]:
     samples: list[list[float]] = []
     next_sample = t0 + 0.5
     while received < expect and time.monotonic() < deadline:
-        for msg in consumer.consume(num_messages=2000, timeout=0.5):
+        for msg in consumer.consume(num_messages=2000, timeout=0.05):
             if msg.error():
                 continue
             if first is None:
@@ -341,14 +350,37 @@ def store_limits(p: dict[str, Any]) -> dict[str, Any]:
             t0 = time.perf_counter()
             sizes = list(pool.map(lambda k: len(store.get(k)), keys))
             get_s = time.perf_counter() - t0
+            cold_s = None
+            if p.get("drop_dir"):
+                _drop_page_cache(p["drop_dir"])
+                t0 = time.perf_counter()
+                list(pool.map(lambda k: len(store.get(k)), keys))
+                cold_s = time.perf_counter() - t0
         total = count * len(data)
         assert sum(sizes) == total
         out[str(threads)] = {"put_mib_s": total / MiB / put_s, "get_mib_s": total / MiB / get_s,
-                             "put_s": put_s, "get_s": get_s}
+                             "put_s": put_s, "get_s": get_s,
+                             "cold_get_mib_s": total / MiB / cold_s if cold_s else None}
         for k in keys:
             store.delete(k)
     store.close()
     return out
+
+
+def _drop_page_cache(root: str) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
 
 def tcp_recv(p: dict[str, Any]) -> dict[str, Any]:

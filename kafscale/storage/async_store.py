@@ -12,6 +12,7 @@ from kafscale.storage.health import HealthState, HealthTracker
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore
 
 T = TypeVar("T")
+_MIB = 1024 * 1024
 
 
 class AsyncObjectStore:
@@ -22,23 +23,29 @@ class AsyncObjectStore:
         self.observer = observer  # (operation, seconds, ok) of every call: metrics
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="objstore")
 
-    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+    async def _call(self, fn: Callable[..., T], *args: object, nbytes: int = 0) -> T:
+        """nbytes: the payload the call moves when known before it (uploads, ranged reads)."""
         loop = asyncio.get_running_loop()
         start = time.monotonic()
         try:
             result = await loop.run_in_executor(self._pool, fn, *args)
         except ObjectNotFoundError:
             # A missing key is an answer, not a sign of a sick store.
-            self._record(fn, time.monotonic() - start, True)
+            self._record(fn, time.monotonic() - start, True, nbytes)
             raise
         except Exception:
-            self._record(fn, time.monotonic() - start, False)
+            self._record(fn, time.monotonic() - start, False, nbytes)
             raise
-        self._record(fn, time.monotonic() - start, True)
+        if not nbytes and isinstance(result, bytes | bytearray):
+            nbytes = len(result)
+        self._record(fn, time.monotonic() - start, True, nbytes)
         return result
 
-    def _record(self, fn: Callable[..., object], seconds: float, ok: bool) -> None:
-        self.health.record(seconds, ok)
+    def _record(self, fn: Callable[..., object], seconds: float, ok: bool, nbytes: int) -> None:
+        # Health judges latency per MiB moved: a 4 MiB segment upload that takes 800 ms because we
+        # are pushing the store hard is throughput, not sickness, and must not close the gate on
+        # the very producers that caused it. Small calls (HEADs, probes, index reads) count as they are.
+        self.health.record(seconds / max(1.0, nbytes / _MIB), ok)
         if self.observer is not None:
             self.observer(getattr(fn, "__name__", "call").strip("_<>"), seconds, ok)
 
@@ -46,16 +53,16 @@ class AsyncObjectStore:
         return self.health.state()
 
     async def put(self, key: str, data: bytes) -> None:
-        await self._call(self.store.put, key, data)
+        await self._call(self.store.put, key, data, nbytes=len(data))
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
-        return await self._call(self.store.put_if_absent, key, data)
+        return await self._call(self.store.put_if_absent, key, data, nbytes=len(data))
 
     async def get(self, key: str) -> bytes:
         return await self._call(self.store.get, key)
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
-        return await self._call(self.store.get_range, key, start, length)
+        return await self._call(self.store.get_range, key, start, length, nbytes=length)
 
     async def head(self, key: str) -> ObjectInfo | None:
         return await self._call(self.store.head, key)

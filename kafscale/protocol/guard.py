@@ -280,9 +280,7 @@ def _field_guard(
     raise TypeError(f"unclassifiable field {field.name}")  # pragma: no cover
 
 
-def check(cls: type[Any], buf: bytes, offset: int = 0) -> bytes:
-    """Walk `buf[offset:]` as an instance of `cls`. Returns `buf` itself, or a copy without the
-    tagged fields the schema does not know. Raises GuardError for lengths that cannot be right."""
+def _walk(cls: type[Any], buf: bytes, offset: int) -> tuple[int, _Walk]:
     walk = _Walk()
     try:
         end = _entity_guard(cls, False).step(buf, offset, walk)
@@ -290,6 +288,13 @@ def check(cls: type[Any], buf: bytes, offset: int = 0) -> bytes:
         raise GuardError(str(e) or "truncated") from None
     if end > len(buf):
         raise GuardError("truncated")
+    return end, walk
+
+
+def check(cls: type[Any], buf: bytes, offset: int = 0) -> bytes:
+    """Walk `buf[offset:]` as an instance of `cls`. Returns `buf` itself, or a copy without the
+    tagged fields the schema does not know. Raises GuardError for lengths that cannot be right."""
+    _, walk = _walk(cls, buf, offset)
     if not walk.cuts:
         return buf
     # Each count is recorded after the fields it counts: sorting restores byte order, and no
@@ -307,15 +312,8 @@ def check(cls: type[Any], buf: bytes, offset: int = 0) -> bytes:
 def validate_lengths(cls: type[Any], buf: bytes, offset: int = 0) -> int:
     """Walk `buf[offset:]` as an instance of `cls`; return the end position.
 
-    Raises ValueError when a length prefix cannot be right (array longer than the bytes left,
-    string past the end, over-long varint) or the request declares more than MAX_ELEMENTS
+    Raises ValueError (GuardError) when a length prefix cannot be right (array longer than the bytes
+    left, string past the end, over-long varint) or the request declares more than MAX_ELEMENTS
     array elements.
     """
-    walk = _Walk()
-    try:
-        end = _entity_guard(cls, False).step(buf, offset, walk)
-    except (_Invalid, IndexError, struct.error) as e:
-        raise GuardError(str(e) or "truncated") from None
-    if end > len(buf):
-        raise GuardError("truncated")
-    return end
+    return _walk(cls, buf, offset)[0]

@@ -8,13 +8,15 @@ for every shard but broker.id and the listener). Kafka's resource types and conf
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from kafscale.cluster import topic_configs
 from kafscale.cluster.topics import TopicInfo
+from kafscale.protocol.codec import make
 
 if TYPE_CHECKING:
     from kafscale.actors.shard import ShardCore
@@ -158,3 +160,19 @@ async def alter_topic(shard: ShardCore, name: str, change: dict[str, str | None]
 
     if await shard.topics.modify(name, apply) is None:
         raise ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+
+
+async def alter_each(resources: Any, validate_only: bool, alter: Callable[[Any, bool], Awaitable[None]],
+                     response_class: type[Any]) -> tuple[Any, ...]:
+    """Apply `alter` to each resource of an (Incremental)AlterConfigs request; one response entry each,
+    carrying the resource's own error (one bad resource does not fail the others, as in Kafka)."""
+    responses = []
+    for res in resources:
+        code, message = ErrorCode.none, None
+        try:
+            await alter(res, validate_only)
+        except ConfigProblem as e:
+            code, message = e.code, e.message
+        responses.append(make(response_class, error_code=code, error_message=message,
+                              resource_type=res.resource_type, resource_name=res.resource_name))
+    return tuple(responses)

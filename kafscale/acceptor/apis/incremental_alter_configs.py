@@ -59,15 +59,7 @@ def register(router: Router, shard: ShardCore) -> None:
 
     async def handle(ctx: RequestContext, req: Any) -> Any:
         mod = response_module(ctx)
-        responses = []
-        for res in req.resources:
-            code, message = ErrorCode.none, None
-            try:
-                await alter(res, bool(req.validate_only))
-            except cr.ConfigProblem as e:
-                code, message = e.code, e.message
-            responses.append(make(mod.AlterConfigsResourceResponse, error_code=code, error_message=message,
-                                  resource_type=res.resource_type, resource_name=res.resource_name))
-        return make(mod.IncrementalAlterConfigsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses))
+        responses = await cr.alter_each(req.resources, bool(req.validate_only), alter, mod.AlterConfigsResourceResponse)
+        return make(mod.IncrementalAlterConfigsResponse, throttle_time=NO_THROTTLE, responses=responses)
 
     router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)

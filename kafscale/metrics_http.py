@@ -36,7 +36,7 @@ async def readiness(shard: ShardCore) -> dict[str, Any]:
         await shard.meta.get(keys.CLUSTER)
 
     async def objects() -> None:
-        await shard.objects.head(f"{shard.config.s3_namespace}/__health/probe")
+        await shard.probe_object_store()
         if shard.objects.state() == HealthState.UNAVAILABLE:
             raise RuntimeError("object store judged unavailable (errors or latency over the health window)")
 

@@ -192,10 +192,11 @@ class PartitionOwner:
             return AppendOutcome(ErrorCode(e.error_code), message=e.reason)
         if not batches:
             return AppendOutcome(ErrorCode.invalid_record, message="no record batches")
-        error = self._validate(batches)
+        configs = self.topic_config()
+        error = self._validate(batches, configs)
         if error is not None:
             return error
-        codec = self.topic_config().get("compression.type", "producer")
+        codec = configs.get("compression.type", "producer")
         if codec != "producer":
             buf, batches = recompress_batches(buf, batches, codec)
         # Back-pressure: hold the producer while too much is waiting for the object store.
@@ -216,7 +217,7 @@ class PartitionOwner:
         if refused is not None:
             return AppendOutcome(refused, log_start_offset=self.log_start_offset)
 
-        log_append = self.topic_config().get("message.timestamp.type") == "LogAppendTime"
+        log_append = configs.get("message.timestamp.type") == "LogAppendTime"
         now_ms = int(time.time() * 1000)
         base = self.next_offset
         pending = self._open
@@ -241,17 +242,17 @@ class PartitionOwner:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending.waiters.append(fut)
             outcome.durable = fut
-        if pending.nbytes >= int(self.topic_config().get("segment.bytes", self.settings.segment_bytes)):
+        if pending.nbytes >= int(configs.get("segment.bytes", self.settings.segment_bytes)):
             self._seal()
         self._wake.set()
         return outcome
 
-    def _validate(self, batches: list[tuple[int, BatchHeader]]) -> AppendOutcome | None:
+    def _validate(self, batches: list[tuple[int, BatchHeader]], configs: dict[str, Any]) -> AppendOutcome | None:
         for _, h in batches:
             if h.is_transactional or h.is_control:
                 return AppendOutcome(ErrorCode.invalid_record,
                                      message="transactional and control batches are not supported")
-        max_bytes = self.topic_config().get("max.message.bytes")
+        max_bytes = configs.get("max.message.bytes")
         if max_bytes is not None:
             for _, h in batches:
                 if h.size > int(max_bytes):

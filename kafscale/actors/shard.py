@@ -80,7 +80,6 @@ class ShardCore:
         self._opening: dict[tuple[str, int], asyncio.Task[PartitionOwner]] = {}
         self._append_locks: dict[tuple[str, int], asyncio.Lock] = {}
         self.cluster_id = ""
-        self._prober: asyncio.Task[None] | None = None
         self.router = Router()
         self.router.observe = self.metrics.observe_request
         self._background: list[asyncio.Task[None]] = []
@@ -107,7 +106,6 @@ class ShardCore:
         await self.topics.start()
         register_all(self.router, self)
         await self.listener.start()
-        self._prober = asyncio.get_running_loop().create_task(self._probe_object_store())
         if not self.shards:
             # Single-shard use (tests, one process): this shard is the whole cluster.
             self.shards = [ShardAddress(self.shard_id, self.advertised_host(), self.listener.port)]
@@ -123,8 +121,6 @@ class ShardCore:
         """Stop accepting, flush every owner, release ownership."""
         log.info("shard %d stopping: closing listener", self.shard_id)
         await self._stop_operations()
-        if self._prober is not None:
-            self._prober.cancel()
         await self.groups.close()  # waiting JoinGroups get NOT_COORDINATOR instead of holding the listener's stop
         await self.listener.stop()
         log.info("shard %d stopping: flushing %d partitions", self.shard_id, len(self.owners))
@@ -135,23 +131,28 @@ class ShardCore:
         self.objects.close()
         log.info("shard %d stopped", self.shard_id)
 
-    async def _probe_object_store(self) -> None:
-        """While the object store is judged unhealthy, probe it: refused produces and fetches make no
-        calls, so without probes the health window would only notice a recovery by ageing out."""
-        key = f"{self.config.s3_namespace}/__health/probe"
+    async def probe_object_store(self) -> None:
+        """One HEAD through the shard's store, so the S3 health tracker sees it (also /readyz's check)."""
+        await self.objects.head(f"{self.config.s3_namespace}/__health/probe")
+
+    async def _probe_while_unhealthy(self) -> None:
+        """Refused produces and fetches make no calls, so without probes the health window would only
+        notice a recovery by ageing out."""
         while True:
             await asyncio.sleep(PROBE_INTERVAL_S)
             if self.objects.state() != HealthState.HEALTHY:
                 with contextlib.suppress(Exception):
-                    await self.objects.head(key)
+                    await self.probe_object_store()
 
     async def _start_operations(self) -> None:
-        """Retention loop and the metrics/health endpoint (kafscale.actors.retention, kafscale.metrics_http)."""
+        """Retention, lag sampling and S3 probe loops, and the metrics/health endpoint
+        (kafscale.actors.retention, kafscale.lag, kafscale.metrics_http)."""
         interval = self.config.retention_check_interval_ms / 1000
         self.lag_sampler = LagSampler(self)
         loop = asyncio.get_running_loop()
         self._background += [loop.create_task(retention.run(lambda: self.owners.values(), interval)),
-                             loop.create_task(self.lag_sampler.run())]
+                             loop.create_task(self.lag_sampler.run()),
+                             loop.create_task(self._probe_while_unhealthy())]
         address = metrics_address(self.config.metrics_listen, self.shard_id)
         if address is not None:
             self.metrics_server = MetricsServer(self, *address)

@@ -56,7 +56,7 @@ _ZERO_UUID = bytes(16)
 _NOT_NULL = 1  # KIP-893 marker before a non-null nullable struct; null is -1 (0xFF)
 
 
-def _varint_bytes(n: int) -> bytes:
+def varint_bytes(n: int) -> bytes:
     if n < 0x80:
         return _ONE_BYTE_VARINTS[n]
     out = bytearray()
@@ -111,7 +111,7 @@ def _primitive_encoder(kafka_type: str, flexible: bool, optional: bool) -> _Enco
                 return
             if isinstance(value, str):
                 value = value.encode()
-            out += _varint_bytes(len(value) + 1)
+            out += varint_bytes(len(value) + 1)
             out += value
 
         return compact
@@ -147,7 +147,7 @@ def _array_encoder(flexible: bool, element: _Encoder, code: str | None) -> _Enco
             out += b"\x00" if flexible else b"\xff\xff\xff\xff"
             return
         n = len(items)
-        out += _varint_bytes(n + 1) if flexible else _I32.pack(n)
+        out += varint_bytes(n + 1) if flexible else _I32.pack(n)
         if code is not None:  # fixed-size elements: one pack call for all
             out += struct.pack(f">{n}{code}", *items)
             return
@@ -204,7 +204,7 @@ def _tags_op(tagged: list[tuple[int, str, _Encoder, Any]]) -> _Encoder:
             out.append(0)
 
         return none
-    prepared = [(_varint_bytes(tag), name, encode, default) for tag, name, encode, default in sorted(tagged)]
+    prepared = [(varint_bytes(tag), name, encode, default) for tag, name, encode, default in sorted(tagged)]
 
     def tags(out: bytearray, value: Any) -> None:
         # Like kio (and Kafka), a tagged field holding its default is not written at all:
@@ -217,10 +217,10 @@ def _tags_op(tagged: list[tuple[int, str, _Encoder, Any]]) -> _Encoder:
             body = bytearray()
             encode(body, field_value)
             present.append((tag_bytes, body))
-        out += _varint_bytes(len(present))
+        out += varint_bytes(len(present))
         for tag_bytes, body in present:
             out += tag_bytes
-            out += _varint_bytes(len(body))
+            out += varint_bytes(len(body))
             out += body
 
     return tags

@@ -34,6 +34,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from kafscale.protocol.encoder import varint_bytes
+
 __all__ = ["MAX_ELEMENTS", "GuardError", "check", "validate_lengths"]
 
 _I16 = struct.Struct(">h")
@@ -244,19 +246,10 @@ def _tagged_fields_step(tagged: dict[int, _Step]) -> _Step:
                 continue
             pos = step(buf, pos, walk)  # kio reads a known tag by its schema, not by its size
         if unknown:
-            walk.cuts.append((count_at, count_end, _uvarint_bytes(count - unknown)))
+            walk.cuts.append((count_at, count_end, varint_bytes(count - unknown)))
         return pos
 
     return tags
-
-
-def _uvarint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _field_guard(

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from kafscale.acceptor.apis import config_resources as cr
 from kafscale.acceptor.apis.common import NO_THROTTLE, make, response_module
 from kafscale.acceptor.router import RequestContext, Router
@@ -21,14 +19,6 @@ API_KEY, MIN_VERSION, MAX_VERSION = 33, 0, 2
 
 def register(router: Router, shard: ShardCore) -> None:
     async def alter(res: Any, validate_only: bool) -> None:
-        resource_type = int(res.resource_type)
-        if resource_type in (cr.RESOURCE_BROKER, cr.RESOURCE_BROKER_LOGGER):
-            raise cr.refuse_broker_change()
-        if resource_type != cr.RESOURCE_TOPIC:
-            raise cr.ConfigProblem(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
-        names = [c.name for c in res.configs]
-        if len(set(names)) != len(names):
-            raise cr.ConfigProblem(ErrorCode.invalid_request, "a config is named twice")
         await cr.alter_topic(shard, res.resource_name, {c.name: c.value for c in res.configs}, replace=True,
                              validate_only=validate_only)
 

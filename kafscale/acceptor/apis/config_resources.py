@@ -164,15 +164,28 @@ async def alter_topic(shard: ShardCore, name: str, change: dict[str, str | None]
 
 async def alter_each(resources: Any, validate_only: bool, alter: Callable[[Any, bool], Awaitable[None]],
                      response_class: type[Any]) -> tuple[Any, ...]:
-    """Apply `alter` to each resource of an (Incremental)AlterConfigs request; one response entry each,
-    carrying the resource's own error (one bad resource does not fail the others, as in Kafka)."""
+    """Apply `alter` to each topic resource of an (Incremental)AlterConfigs request; one response entry
+    each, carrying the resource's own error (one bad resource does not fail the others, as in Kafka)."""
     responses = []
     for res in resources:
         code, message = ErrorCode.none, None
         try:
+            _check_alterable(res)
             await alter(res, validate_only)
         except ConfigProblem as e:
             code, message = e.code, e.message
         responses.append(make(response_class, error_code=code, error_message=message,
                               resource_type=res.resource_type, resource_name=res.resource_name))
     return tuple(responses)
+
+
+def _check_alterable(res: Any) -> None:
+    """Only topic configs change; broker configs are read-only and each config may be named once."""
+    resource_type = int(res.resource_type)
+    if resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        raise refuse_broker_change()
+    if resource_type != RESOURCE_TOPIC:
+        raise ConfigProblem(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
+    names = [c.name for c in res.configs]
+    if len(set(names)) != len(names):
+        raise ConfigProblem(ErrorCode.invalid_request, "a config is named twice")

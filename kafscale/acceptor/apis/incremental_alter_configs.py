@@ -23,14 +23,6 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 def register(router: Router, shard: ShardCore) -> None:
     async def alter(res: Any, validate_only: bool) -> None:
-        resource_type = int(res.resource_type)
-        if resource_type in (cr.RESOURCE_BROKER, cr.RESOURCE_BROKER_LOGGER):
-            raise cr.refuse_broker_change()
-        if resource_type != cr.RESOURCE_TOPIC:
-            raise cr.ConfigProblem(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
-        names = [c.name for c in res.configs]
-        if len(set(names)) != len(names):
-            raise cr.ConfigProblem(ErrorCode.invalid_request, "a config is named twice")
         info = await shard.topics.get(res.resource_name)
         current = {**cr.topic_defaults(shard), **(info.configs if info else {})}
         change: dict[str, str | None] = {}

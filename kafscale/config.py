@@ -48,6 +48,8 @@ class BrokerConfig:
     auto_create_topics: bool = field(default=True, metadata={"help": "create topics on first use"})
     default_partitions: int = field(default=1, metadata={"help": "partitions of auto-created topics"})
     max_pending_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "per-partition unflushed"})
+    segment_uploads_in_flight: int = field(default=4, metadata={
+        "help": "segments of one partition uploading at once (commits stay in offset order)"})
     s3_degraded_latency_ms: int = field(default=500, metadata={"help": "S3 health: degraded above"})
     s3_unavailable_latency_ms: int = field(default=3000, metadata={"help": "S3 health: unavailable"})
     s3_degraded_error_rate: float = field(default=0.2, metadata={"help": "S3 health: degraded above"})
@@ -93,7 +95,8 @@ class BrokerConfig:
 
     def validate(self) -> BrokerConfig:
         self.listen_host_port()
-        for name in ("flush_interval_ms", "segment_bytes", "cache_bytes", "max_frame_bytes", "default_partitions"):
+        for name in ("flush_interval_ms", "segment_bytes", "cache_bytes", "max_frame_bytes", "default_partitions",
+                     "segment_uploads_in_flight"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive, got {getattr(self, name)}")
         if self.shards < 0:

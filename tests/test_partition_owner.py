@@ -414,6 +414,51 @@ async def test_size_triggered_flush_at_segment_bytes_and_close_flushes_the_tail(
                                                               (first_segment, first_segment + 1)]
 
 
+class HeldKey(FlakyObjects):
+    """Holds the conditional create of one key until released; every other call goes straight through."""
+
+    def __init__(self, inner: ObjectStore, key: str) -> None:
+        super().__init__(inner)
+        self.held_key = key
+        self.release = threading.Event()
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._enter("put_if_absent", key)
+        if key == self.held_key:
+            assert self.release.wait(timeout=30), "held upload never released"
+        return self.inner.put_if_absent(key, data)
+
+
+@pytest.mark.parametrize("in_flight", [1, 4])
+async def test_segments_upload_in_parallel_and_commit_in_offset_order(env: Env, in_flight: int) -> None:
+    """The oldest segment's upload is slow: later segments upload meanwhile (up to the in-flight limit), but
+    nothing is committed, visible or acknowledged before it; then everything ready commits in one txn."""
+    store = HeldKey(env.store, segment_object_key(0))
+    meta = FlakyMeta(env.meta)
+    owner = await env.owner(meta=meta, objects=env.async_objects(store), segment_bytes=1000,
+                            flush_interval_ms=600_000, uploads_in_flight=in_flight)
+    outcomes = [await owner.append(batch(values(1, f"s{i}-", 1000)), acks=-1) for i in range(4)]  # 4 segments
+    assert [o.base_offset for o in outcomes] == [0, 1, 2, 3]
+    later = [segment_object_key(base) for base in (1, 2, 3)][: in_flight - 1]
+    await eventually(lambda: all(env.store.head(k) is not None for k in later), "later segments uploaded")
+    await asyncio.sleep(0.1)  # a negative check: give a wrong commit the chance to happen
+    uploaded = {k for op, k in store.keys if op == "put_if_absent" and k.endswith(".kfs")}
+    assert uploaded == {segment_object_key(0), *later}, "the in-flight limit was not respected"
+    commits_before = meta.txns_applied
+    assert owner.high_watermark == 0 and not any(o.durable is not None and o.durable.done() for o in outcomes)
+    assert await env.meta.range(keys.segments(TOPIC, 0)) == []
+
+    store.release.set()
+    for outcome in outcomes:
+        await durable(outcome)
+    assert owner.high_watermark == 4
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert await read_all(owner) == [(i, f"s{i}-0".encode().ljust(1000, b".")) for i in range(4)]
+    assert await stored_records(env) == await read_all(owner)
+    if in_flight == 4:  # all four were uploaded when the oldest landed: one transaction commits them
+        assert meta.txns_applied - commits_before == 1
+
+
 # ---------------------------------------------------------------- visibility
 
 

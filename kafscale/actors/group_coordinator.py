@@ -217,12 +217,14 @@ class GroupCoordinator:
                 self.offsets.pop(tp, None)
             return ErrorCode.none, errors
 
-    async def expire_offsets(self, now_ms: int, retention_ms: int) -> None:
-        """Drop offsets past retention; an Empty group left without offsets is removed altogether (Kafka)."""
+    async def expire_offsets(self, now_ms: int, retention_ms: int, gone: set[TopicPartition] | None = None) -> None:
+        """Drop offsets past retention, and `gone` ones (of deleted topics); an Empty group left without offsets
+        is removed altogether (Kafka)."""
         async with self._lock:
             if self.group.state is State.DEAD:
                 return
             expired = expired_offsets(self.group, self.offsets, now_ms, retention_ms)
+            expired += [tp for tp in sorted(gone or ()) if tp in self.offsets and tp not in expired]
             remove = (self.group.state is State.EMPTY and len(expired) == len(self.offsets)
                       and not self.group.pending_members)
             if remove:

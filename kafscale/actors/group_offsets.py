@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafscale.actors.group_state import CONSUMER_PROTOCOL, Group, State
+
+if TYPE_CHECKING:
+    from kafscale.cluster.topics import TopicInfo
 
 # Kafka's offset.metadata.max.bytes: longer commit metadata gets OFFSET_METADATA_TOO_LARGE.
 MAX_METADATA_BYTES = 4096
@@ -20,18 +23,26 @@ class OffsetEntry:
     metadata: str
     commit_ms: int
     expire_ms: int | None = None  # set only by OffsetCommit v2-v4 with an explicit retention time
+    topic_id: str | None = None  # the topic's id when committed: a topic deleted and created again is another
 
     def to_value(self) -> dict[str, Any]:
         value: dict[str, Any] = {"offset": self.offset, "leader_epoch": self.leader_epoch, "metadata": self.metadata,
                                  "commit_ms": self.commit_ms}
         if self.expire_ms is not None:
             value["expire_ms"] = self.expire_ms
+        if self.topic_id is not None:
+            value["topic_id"] = self.topic_id
         return value
 
     @classmethod
     def from_value(cls, value: dict[str, Any]) -> OffsetEntry:
         return cls(int(value["offset"]), int(value.get("leader_epoch", -1)), str(value.get("metadata", "")),
-                   int(value["commit_ms"]), value.get("expire_ms"))
+                   int(value["commit_ms"]), value.get("expire_ms"), value.get("topic_id"))
+
+    def belongs_to(self, topic: TopicInfo | None) -> bool:
+        """Whether this offset is of the topic that exists now. Kafka deletes a topic's committed offsets with
+        the topic; here they stop counting at once (and are removed by the group's coordinator soon after)."""
+        return topic is not None and self.topic_id in (None, str(topic.id))
 
 
 def expired_offsets(group: Group, offsets: dict[TopicPartition, OffsetEntry], now_ms: int,

@@ -15,31 +15,34 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from kio.schema.errors import ErrorCode
 
 from kafscale.actors.group_coordinator import GroupCoordinator, parse_offsets
-from kafscale.actors.group_offsets import TopicPartition
+from kafscale.actors.group_offsets import OffsetEntry, TopicPartition
 from kafscale.actors.group_state import Group, GroupSettings, State
 from kafscale.cluster import keys
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, MetadataStoreError, Put
 
 if TYPE_CHECKING:
     from kafscale.actors.shard import ShardCore
+    from kafscale.cluster.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 
 
 class GroupRegistry:
     def __init__(self, shard_id: int, meta: MetadataStore, settings: GroupSettings, *, owns: Callable[[str], bool],
-                 offsets_retention_ms: int, retention_check_interval_s: float) -> None:
+                 offsets_retention_ms: int, retention_check_interval_s: float,
+                 topic: Callable[[str], Awaitable[TopicInfo | None]] | None = None) -> None:
         self.shard_id = shard_id
         self.meta = meta
         self.settings = settings
         self.owns = owns  # is this shard the coordinator of a group id?
+        self.topic = topic  # the topic of a name as it exists now; None: every committed offset counts
         self.offsets_retention_ms = offsets_retention_ms
         self.retention_check_interval_s = retention_check_interval_s
         self.groups: dict[str, GroupCoordinator] = {}
@@ -54,7 +57,7 @@ class GroupRegistry:
 
     async def close(self) -> None:
         self.closed = True
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
         for task in list(self._loading.values()):
             task.cancel()
@@ -164,14 +167,33 @@ class GroupRegistry:
             await asyncio.sleep(self.retention_check_interval_s)
             await self.expire_offsets(int(time.time() * 1000))
 
-    async def expire_offsets(self, now_ms: int) -> None:
+    async def expire_offsets(self, now_ms: int, topics: set[str] | None = None) -> None:
+        """Drop offsets past retention, and those of deleted topics (of `topics` only, when given)."""
         for coordinator in list(self.groups.values()):
             with contextlib.suppress(MetadataStoreError):
-                await coordinator.expire_offsets(now_ms, self.offsets_retention_ms)
+                live = await self.live_offsets(coordinator)
+                gone = {tp for tp in coordinator.offsets if tp not in live and (topics is None or tp[0] in topics)}
+                await coordinator.expire_offsets(now_ms, self.offsets_retention_ms, gone=gone)
+
+    def topic_changed(self, name: str, info: TopicInfo | None) -> None:
+        """A TopicRegistry listener: a topic deleted (or replaced by a namesake) takes its offsets with it."""
+        if info is None and not self.closed:
+            task = asyncio.get_running_loop().create_task(self.expire_offsets(int(time.time() * 1000), {name}))
+            self._tasks.append(task)
+            task.add_done_callback(self._tasks.remove)
+
+    async def live_offsets(self, coordinator: GroupCoordinator | None) -> dict[TopicPartition, OffsetEntry]:
+        """The group's committed offsets of topics that exist now (not of a deleted topic, nor of its namesake)."""
+        if coordinator is None:
+            return {}
+        if self.topic is None:
+            return dict(coordinator.offsets)
+        topics = {t: await self.topic(t) for t in {t for t, _ in coordinator.offsets}}
+        return {tp: e for tp, e in coordinator.offsets.items() if e.belongs_to(topics[tp[0]])}
 
     async def committed(self, group_id: str) -> dict[TopicPartition, int]:
-        coordinator = await self.get(group_id)
-        return {} if coordinator is None else {tp: e.offset for tp, e in coordinator.offsets.items()}
+        live = await self.live_offsets(await self.get(group_id))
+        return {tp: e.offset for tp, e in live.items()}
 
 
 async def group_lag(shard: ShardCore, group_id: str) -> list[dict[str, Any]]:
@@ -202,7 +224,10 @@ def for_shard(shard: ShardCore) -> GroupRegistry:
     settings = GroupSettings(min_session_timeout_ms=c.group_min_session_timeout_ms,
                              max_session_timeout_ms=c.group_max_session_timeout_ms,
                              initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms)
-    return GroupRegistry(shard.shard_id, shard.meta, settings,
-                         owns=lambda group_id: coordinator_of(shard, group_id) == shard.shard_id,
-                         offsets_retention_ms=c.offsets_retention_minutes * 60_000,
-                         retention_check_interval_s=c.offsets_retention_check_interval_ms / 1000)
+    registry = GroupRegistry(shard.shard_id, shard.meta, settings,
+                             owns=lambda group_id: coordinator_of(shard, group_id) == shard.shard_id,
+                             offsets_retention_ms=c.offsets_retention_minutes * 60_000,
+                             retention_check_interval_s=c.offsets_retention_check_interval_ms / 1000,
+                             topic=shard.topics.get)
+    shard.topics.listeners.append(registry.topic_changed)
+    return registry

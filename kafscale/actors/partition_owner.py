@@ -4,7 +4,12 @@ Write path: append() assigns offsets and buffers the batches; the flush loop tur
 buffered within one flush window into one segment (group commit), uploads segment and index with
 conditional creates, then commits the partition state in the metadata store with a compare on the
 owner key's revision (fencing), and only then advances the high watermark and answers acks=all.
-Reads of committed data go through `ReadPath`.
+
+Flushes are pipelined: up to `uploads_in_flight` sealed segments upload at once while the ones before
+them commit, and commits stay strictly in offset order (every segment whose upload has finished, from
+the oldest on, goes into one metadata transaction). An upload whose commit never happens is an
+uncommitted leftover, which readers never see and a successor writes around. Reads of committed data go
+through `ReadPath`.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -32,9 +38,13 @@ from kafscale.storage.health import HealthState
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
 from kafscale.storage.object_store import ObjectNotFoundError, ObjectStoreError
 from kafscale.storage.recompress import recompress_batches
-from kafscale.storage.segment import build_segment
+from kafscale.storage.segment import BuiltSegment, build_segment
 
 log = logging.getLogger(__name__)
+
+# Operations in one commit transaction before further ready segments wait for the next one (etcd refuses
+# more than 128 by default); a single segment is always committed, whatever its producer count.
+MAX_COMMIT_OPS = 100
 
 
 class FencedError(Exception):
@@ -49,6 +59,7 @@ class OwnerSettings:
     index_interval_bytes: int = 4096
     max_pending_bytes: int = 64 * 1024 * 1024
     readahead_segments: int = 1
+    uploads_in_flight: int = 4
 
 
 @dataclass(slots=True)
@@ -74,6 +85,14 @@ class _Pending:
     # the live entry, which already holds later (uncommitted) batches by the time this one commits.
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    upload: asyncio.Task[_Uploaded] | None = None  # started once sealed, within the in-flight limit
+
+
+@dataclass(frozen=True, slots=True)
+class _Uploaded:
+    built: BuiltSegment
+    key_epoch: int
+    started: float  # monotonic time the upload began, for the flush-duration metric
 
 
 class PartitionOwner:
@@ -170,6 +189,7 @@ class PartitionOwner:
             done, _ = await asyncio.wait({self._flusher}, timeout=30)
             if not done:
                 self._flusher.cancel()
+        self._cancel_uploads()
         self._fail_all(ErrorCode.not_leader_or_follower)
         self._notify_readers()
 
@@ -311,69 +331,97 @@ class PartitionOwner:
             self._open = _Pending()
 
     async def _flush_loop(self) -> None:
+        """Seal the open window when its time is up, keep uploads going, commit finished ones in order."""
         interval = self.settings.flush_interval_ms / 1000.0
-        while True:
-            if self._open.chunks and not self.closed:
-                remaining = self._open.started + interval - time.monotonic()
-                if remaining > 0 and not self._sealed:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), timeout=remaining)
-                self._wake.clear()
-                if time.monotonic() - self._open.started >= interval or self.closed:
-                    self._seal()
-            elif not self._sealed:
-                if self.closed:
-                    return
-                await self._wake.wait()
-                self._wake.clear()
-            while self._sealed and not self.fenced:
+        while not self.fenced:
+            self._wake.clear()
+            if self._open.chunks and (self.closed or time.monotonic() - self._open.started >= interval):
+                self._seal()
+            self._start_uploads()
+            if self._sealed and self._sealed[0].upload is not None and self._sealed[0].upload.done():
                 try:
-                    await self._flush(self._sealed[0])
+                    await self._commit_uploaded()
                 except FencedError as e:
                     log.warning("%s-%d fenced: %s", self.topic, self.partition, e)
                     self._stop_writing()
-                    return
-                except Exception:  # a bug, not store trouble (_flush retries that): stop rather than hang
+                except Exception:  # a bug, not store trouble (both steps retry that): stop rather than hang
                     log.exception("flush of %s-%d failed", self.topic, self.partition)
                     self._stop_writing()
-                    return
-                done = self._sealed.popleft()
-                for fut in done.waiters:
-                    if not fut.done():
-                        fut.set_result(None)
-                self._space.set()
-                self._notify_readers()
-            if self.fenced or (self.closed and not self._sealed and not self._open.chunks):
+                continue
+            if self.closed and not self._sealed and not self._open.chunks:
                 return
+            timeout = None
+            if self._open.chunks:
+                timeout = max(0.0, self._open.started + interval - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
 
-    async def _flush(self, pending: _Pending) -> None:
-        """Upload one segment and commit it; retries store errors until it succeeds or is fenced."""
+    def _start_uploads(self) -> None:
+        for pending in itertools.islice(self._sealed, self.settings.uploads_in_flight):
+            if pending.upload is None:
+                pending.upload = asyncio.get_running_loop().create_task(self._upload_pending(pending))
+                pending.upload.add_done_callback(lambda _: self._wake.set())
+
+    async def _upload_pending(self, pending: _Pending) -> _Uploaded:
+        """Build and upload one sealed segment; retries store errors until it lands or the owner stops."""
         built = build_segment(pending.chunks, created_ms=int(time.time() * 1000),
                               index_interval_bytes=self.settings.index_interval_bytes)
         started = time.monotonic()
         delay = 0.05
-        key_epoch: int | None = None
         while True:
             try:
-                if key_epoch is None:
-                    key_epoch = await self._upload(built.info.base_offset, built.data, built.index)
-                await self._commit(pending, built.info, key_epoch)
+                key_epoch = await self._upload(built.info.base_offset, built.data, built.index)
+                return _Uploaded(built, key_epoch, started)
+            except Exception as e:  # store trouble: keep the data, retry with back-off
+                if self.fenced or (self.closed and delay >= 2):
+                    raise FencedError(f"giving up upload at {built.info.base_offset}: {e}") from e
+                log.warning("upload of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
+                            built.info.base_offset, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _commit_uploaded(self) -> None:
+        """Commit, in one transaction, every sealed segment from the oldest on whose upload has finished;
+        then publish them and answer their producers."""
+        ready: list[tuple[_Pending, _Uploaded]] = []
+        ops = 0
+        for pending in self._sealed:
+            if pending.upload is None or not pending.upload.done():
+                break
+            if ready and (pending.upload.cancelled() or pending.upload.exception() is not None):
+                break  # only the oldest segment's failure stops the owner
+            ops += 1 + len(pending.producers)
+            if ready and ops > MAX_COMMIT_OPS:
+                break
+            ready.append((pending, pending.upload.result()))  # an upload that gave up raises here
+        delay = 0.05
+        while True:
+            try:
+                await self._commit(ready)
                 break
             except FencedError:
                 raise
             except Exception as e:  # store trouble: keep the data, retry with back-off
                 if self.closed and delay >= 2:
                     raise FencedError(f"giving up flush on close: {e}") from e
-                log.warning("flush of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
-                            built.info.base_offset, e, delay)
+                log.warning("commit of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
+                            ready[0][1].built.info.base_offset, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        if self.metrics is not None:
-            self.metrics.flushed(len(built.data), time.monotonic() - started)
-        meta = SegmentMeta.from_info(built.info, key_epoch)
-        self.segments.append(meta)
-        self.high_watermark = meta.last + 1
-        self.reader.cache_built(meta, built)
+        now = time.monotonic()
+        for pending, uploaded in ready:
+            self._sealed.popleft()
+            meta = SegmentMeta.from_info(uploaded.built.info, uploaded.key_epoch)
+            self.segments.append(meta)
+            self.high_watermark = meta.last + 1
+            self.reader.cache_built(meta, uploaded.built)
+            if self.metrics is not None:
+                self.metrics.flushed(len(uploaded.built.data), now - uploaded.started)
+            for fut in pending.waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self._space.set()
+        self._notify_readers()
 
     async def _upload(self, base: int, segment: bytes, index: bytes) -> int:
         """Store a segment and its index by conditional create; returns the key epoch they went to.
@@ -405,19 +453,21 @@ class PartitionOwner:
         except ObjectNotFoundError:  # removed between the two calls (a topic deletion): try once more
             return await self.objects.put_if_absent(key, data)
 
-    async def _commit(self, pending: _Pending, info: Any, key_epoch: int) -> None:
+    async def _commit(self, ready: list[tuple[_Pending, _Uploaded]]) -> None:
         async with self._state_lock:  # log_start_offset must not move between reading and writing it
-            await self._commit_locked(pending, info, key_epoch)
+            await self._commit_locked(ready)
 
-    async def _commit_locked(self, pending: _Pending, info: Any, key_epoch: int) -> None:
-        state = {"next_offset": info.last_offset + 1, "log_start_offset": self.log_start_offset,
-                 "epoch": self.epoch}
-        ops = [
-            Put(keys.state(self.topic, self.partition), state),
-            Put(keys.segment(self.topic, self.partition, info.base_offset),
-                SegmentMeta.from_info(info, key_epoch).to_value()),
-        ]
-        for pid, entry in pending.producers.items():
+    async def _commit_locked(self, ready: list[tuple[_Pending, _Uploaded]]) -> None:
+        next_offset = ready[-1][1].built.info.last_offset + 1
+        state = {"next_offset": next_offset, "log_start_offset": self.log_start_offset, "epoch": self.epoch}
+        ops = [Put(keys.state(self.topic, self.partition), state)]
+        producers: dict[int, ProducerEntry] = {}
+        for pending, uploaded in ready:
+            info = uploaded.built.info
+            ops.append(Put(keys.segment(self.topic, self.partition, info.base_offset),
+                           SegmentMeta.from_info(info, uploaded.key_epoch).to_value()))
+            producers.update(pending.producers)  # later windows carry the later state
+        for pid, entry in producers.items():
             ops.append(Put(keys.producer(self.topic, self.partition, pid), entry.to_value()))
         guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self._owner_revision)]
         try:
@@ -427,7 +477,7 @@ class PartitionOwner:
             # this incarnation writes its epoch, so this state can only come from this very commit.
             current = await self.meta.get(keys.state(self.topic, self.partition))
             if (current is not None and current.value.get("epoch") == self.epoch
-                    and current.value["next_offset"] == info.last_offset + 1):
+                    and current.value["next_offset"] == next_offset):
                 return
             raise
         if not result.succeeded:
@@ -454,7 +504,13 @@ class PartitionOwner:
     def _stop_writing(self) -> None:
         """This incarnation writes no more; its unanswered producers retry against the next owner."""
         self.fenced = True
+        self._cancel_uploads()
         self._fail_all(ErrorCode.not_leader_or_follower)
+
+    def _cancel_uploads(self) -> None:
+        for pending in self._sealed:
+            if pending.upload is not None and not pending.upload.done():
+                pending.upload.cancel()
 
     def _fail_all(self, code: ErrorCode) -> None:
         for pending in [*self._sealed, self._open]:

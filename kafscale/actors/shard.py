@@ -94,6 +94,7 @@ class ShardCore:
             namespace=config.s3_namespace, segment_bytes=config.segment_bytes,
             flush_interval_ms=config.flush_interval_ms, index_interval_bytes=config.index_interval_bytes,
             max_pending_bytes=config.max_pending_bytes, readahead_segments=config.readahead_segments,
+            uploads_in_flight=config.segment_uploads_in_flight,
         )
         self.groups = group_registry.for_shard(self)  # the group coordinators this shard hosts
 

@@ -60,6 +60,7 @@ class Members:
                  assignment: Callable[[Any], set[int]], close: Callable[[Any], None]) -> None:
         self.consumed: list[Consumed] = [[] for _ in range(n)]
         self.assignments: list[set[int]] = [set() for _ in range(n)]
+        self.stable_assignments: list[set[int]] = []  # as they were while the group was stable
         self.changes = 0  # assignment changes after the group first became stable
         self.stable = threading.Event()
         self.stop = threading.Event()
@@ -102,6 +103,7 @@ def run_members(members: Members, bootstrap: str, topic: str) -> None:
         wait_until(lambda: members.errors or members.total() >= RECORDS, 120, f"{RECORDS} records consumed")
         time.sleep(0.5)  # anything consumed twice would show up now
     finally:
+        members.stable_assignments = [set(a) for a in members.assignments]
         members.stable.clear()  # members closing one by one rebalance the others: not counted
         members.stop.set()
         for t in members.threads:
@@ -127,8 +129,15 @@ def kafka_python_members(bootstrap: str, topic: str, group: str) -> Members:
     from kafka import KafkaConsumer
 
     def open_consumer() -> Any:
-        return KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                             session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS, max_poll_records=2000)
+        c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                          session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS, max_poll_records=2000)
+        # kafka-python 3.0.12 bug: a leader that joins before it has the topic's metadata assigns nothing,
+        # rejoins once the metadata arrives, and then (when a poll times out during that second join) never
+        # completes it: need_rejoin() turns false as soon as it has computed the assignment, so the finished
+        # join is never picked up and its heartbeats stay disabled until its session expires. Having the
+        # metadata before the first poll keeps the client off that path (see docs/groups.md).
+        assert c.partitions_for_topic(topic) == set(range(PARTITIONS))
+        return c
 
     def poll(c: Any) -> Consumed:
         batches = c.poll(timeout_ms=100)
@@ -176,7 +185,7 @@ def test_three_members_split_six_partitions_and_consume_exactly_once(broker: Clu
     assert members.changes == 0, "the group rebalanced while it should have been stable"
     values = sorted(int(v) for c in members.consumed for _, _, v in c)
     assert values == list(range(RECORDS)), "records missing or consumed twice"
-    for consumed, assigned in zip(members.consumed, members.assignments, strict=True):
+    for consumed, assigned in zip(members.consumed, members.stable_assignments, strict=True):
         assert {p for p, _, _ in consumed} <= assigned
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from kafscale.protocol import make, request_class
 from kafscale.protocol.errors import ErrorCode
-from tests.integration.conftest import Cluster, KafkaWire, unique_topic
+from tests.integration.conftest import Cluster, KafkaWire, unique_topic, wait_until
 
 JOIN, SYNC, HEARTBEAT, LEAVE = 11, 14, 12, 13
 COMMIT, FETCH_OFFSETS, DESCRIBE, LIST, DELETE, OFFSET_DELETE = 8, 9, 15, 16, 42, 47
@@ -209,3 +209,31 @@ def test_admin_apis(broker: Cluster) -> None:
         assert wire.call(req(DELETE, 2, groups_names=(group,))).results[0].error_code == ErrorCode.none
         assert fetch_offsets(wire, {group: [(topic, 1)]})[group] == (ErrorCode.none, {(topic, 1): (-1, "")})
         assert not any(g.group_id == group for g in wire.call(req(LIST, 4, states_filter=())).groups)
+
+
+def test_offsets_of_a_deleted_topic_go_with_it(broker: Cluster) -> None:
+    """As in Kafka: deleting a topic deletes its committed offsets in every group, a group left Empty without
+    offsets goes too, and a topic created again under the same name starts without committed offsets."""
+    topic, kept = unique_topic("deleted-offsets"), unique_topic("kept-offsets")
+    only_deleted, mixed = new_group(), new_group()
+    with broker.wire() as wire:
+        wire.create_topic(topic, 2)
+        wire.create_topic(kept, 1)
+        assert set(commit(wire, only_deleted, {(topic, 0): 5, (topic, 1): 6}).values()) == {ErrorCode.none}
+        assert set(commit(wire, mixed, {(topic, 0): 3, (kept, 0): 1}).values()) == {ErrorCode.none}
+
+        assert wire.delete_topics([topic]).responses[0].error_code == ErrorCode.none
+        got = fetch_offsets(wire, {only_deleted: [(topic, 0), (topic, 1)], mixed: None})
+        assert got[only_deleted] == (ErrorCode.none, {(topic, 0): (-1, ""), (topic, 1): (-1, "")})
+        assert got[mixed] == (ErrorCode.none, {(kept, 0): (1, "meta")})  # all partitions: the deleted topic's gone
+
+        def listed() -> set[str]:
+            return {g.group_id for g in wire.call(req(LIST, 4, states_filter=())).groups}
+
+        wait_until(lambda: only_deleted not in listed(), 10, "the group left without offsets removed")
+        assert mixed in listed()
+
+        wire.create_topic(topic, 2)  # a namesake: a new topic, no committed offsets
+        got = fetch_offsets(wire, {only_deleted: [(topic, 0)], mixed: [(topic, 0), (kept, 0)]})
+        assert got[only_deleted] == (ErrorCode.none, {(topic, 0): (-1, "")})
+        assert got[mixed] == (ErrorCode.none, {(topic, 0): (-1, ""), (kept, 0): (1, "meta")})

@@ -49,7 +49,8 @@ async def _commit(req: Any, shard: ShardCore) -> dict[tuple[str, int], ErrorCode
             else:
                 entries.append((t.name, p.partition_index, OffsetEntry(
                     offset=p.committed_offset, leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                    metadata=metadata, commit_ms=now_ms, expire_ms=now_ms + retention if retention >= 0 else None)))
+                    metadata=metadata, commit_ms=now_ms, expire_ms=now_ms + retention if retention >= 0 else None,
+                    topic_id=str(info.id))))
     if not entries:
         return errors
     generation = req.generation_id_or_member_epoch

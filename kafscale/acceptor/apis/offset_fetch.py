@@ -45,7 +45,7 @@ async def _fetch(shard: ShardCore, group_id: str, requested: Any) -> tuple[Error
     error, coordinator = await shard.groups.lookup(group_id)
     if error != ErrorCode.none:
         return error, []
-    offsets = coordinator.offsets if coordinator is not None else {}
+    offsets = await shard.groups.live_offsets(coordinator)
     if requested is None:  # every partition the group has committed
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(offsets):

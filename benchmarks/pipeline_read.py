@@ -117,19 +117,36 @@ def measure_store(root: Path, segments: list[tuple[SegmentMeta, bytes, bytes]]) 
     return records / seconds
 
 
-def _ceiling_source(batch: Any) -> Any:
-    """A source whose partitions hand Spark a ready-made Arrow batch of the same shape: what Spark itself
-    can take in from a Python data source, the ceiling of any reader behind it."""
+def _ceiling_source(segment_path: Path, segment_bytes: int) -> Any:
+    """A source that hands Spark ready-made Arrow batches of the same shape, one per segment, in as many
+    partitions as the kafscale source packs the segments into: what Spark itself can take in from a Python
+    data source, the ceiling of any reader behind it. Each Python worker decodes one segment once and then
+    yields that batch again and again (kept in sys.modules, which outlives a task in a reused worker)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+    from kafscale.pipeline.planning import SourceOptions
     from kafscale.pipeline.source import KAFKA_SCHEMA
+
+    per_task = max(1, SourceOptions.max_partition_bytes // segment_bytes)
+    path = str(segment_path)
 
     class CeilingReader(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
-            return [InputPartition(i) for i in range(SEGMENTS)]
+            starts = range(0, SEGMENTS, per_task)
+            return [InputPartition(min(per_task, SEGMENTS - start)) for start in starts]
 
-        def read(self, partition: InputPartition) -> Any:
-            yield batch
+        def read(self, partition: Any) -> Any:
+            import types
+
+            from kafscale.pipeline.records import decode_batches
+            from kafscale.storage.segment import SegmentReader
+
+            cache = sys.modules.setdefault("_kafscale_bench_ceiling", types.ModuleType("_kafscale_bench_ceiling"))
+            if not hasattr(cache, "batch"):
+                reader = SegmentReader(Path(path).read_bytes())
+                cache.batch = decode_batches([(reader.batch_bytes(p, h), h) for p, h in reader.batches()], TOPIC, 0)
+            for _ in range(partition.value):
+                yield cache.batch
 
     class CeilingSource(DataSource):
         @classmethod
@@ -145,7 +162,7 @@ def _ceiling_source(batch: Any) -> Any:
     return CeilingSource
 
 
-def measure_spark(root: Path, records: int, sample: Any) -> tuple[float, float]:
+def measure_spark(root: Path, records: int, segment_bytes: int) -> tuple[float, float]:
     from kafscale.pipeline.session import spark_session
 
     spark = spark_session("kafscale-bench", f"local[{SPARK_CORES}]",
@@ -162,7 +179,8 @@ def measure_spark(root: Path, records: int, sample: Any) -> tuple[float, float]:
         query()  # warm-up: Python workers start, classes load
         rate = records / best_of(2, query)
 
-        spark.dataSource.register(_ceiling_source(sample))
+        first = root / "objects" / object_keys.segment_key("default", TOPIC, 0, 0)
+        spark.dataSource.register(_ceiling_source(first, segment_bytes))
 
         def ceiling() -> None:
             df = spark.read.format("kafscale_ceiling").load()
@@ -186,9 +204,7 @@ def main() -> int:
         write_deployment(root, segments)
         store = measure_store(root, segments)
         log(f"store GETs: {store:,.0f} records/s")
-        reader = SegmentReader(segments[0][1])
-        sample = decode_batches([(reader.batch_bytes(p, h), h) for p, h in reader.batches()], TOPIC, 0)
-        spark_rate, ceiling = measure_spark(root, records, sample)
+        spark_rate, ceiling = measure_spark(root, records, len(segments[0][1]))
         log(f"spark: {spark_rate:,.0f} records/s on {SPARK_CORES} cores; Spark's own ceiling {ceiling:,.0f}")
     per_core = core["checked_decode_records_per_s"]
     result = {

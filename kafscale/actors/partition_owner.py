@@ -27,6 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.actors.commit_batcher import CommitBatcher
 from kafscale.actors.producer_state import BatchMeta, ProducerEntry, ProducerStates
 from kafscale.actors.read_path import ReadPath, SegmentMeta
 from kafscale.cluster import keys
@@ -108,6 +109,7 @@ class PartitionOwner:
         settings: OwnerSettings,
         topic_config: Callable[[], dict[str, Any]] = dict,
         metrics: Any = None,
+        committer: CommitBatcher | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -117,6 +119,7 @@ class PartitionOwner:
         self.settings = settings
         self.topic_config = topic_config
         self.metrics = metrics  # kafscale.metrics.PartitionMetrics, or None
+        self.committer = committer  # shares flush commits with the shard's other owners; None: own transactions
         self.epoch = 0
         self.next_offset = 0  # next offset to assign (buffered included)
         self.high_watermark = 0  # end of committed data
@@ -471,7 +474,10 @@ class PartitionOwner:
             ops.append(Put(keys.producer(self.topic, self.partition, pid), entry.to_value()))
         guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self._owner_revision)]
         try:
-            result = await self.meta.txn(guard, ops)
+            if self.committer is not None:
+                succeeded = await self.committer.commit(guard, ops)
+            else:
+                succeeded = (await self.meta.txn(guard, ops)).succeeded
         except Exception:
             # The commit may have been applied and only the reply lost: look before retrying. Only
             # this incarnation writes its epoch, so this state can only come from this very commit.
@@ -480,7 +486,7 @@ class PartitionOwner:
                     and current.value["next_offset"] == next_offset):
                 return
             raise
-        if not result.succeeded:
+        if not succeeded:
             raise FencedError(f"commit of {self.topic}-{self.partition} refused: epoch {self.epoch} is stale")
 
     async def advance_log_start(self, offset: int) -> list[SegmentMeta]:

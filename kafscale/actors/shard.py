@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from kafscale.acceptor.listener import Listener
 from kafscale.acceptor.router import Router
 from kafscale.actors import group_registry, retention
+from kafscale.actors.commit_batcher import CommitBatcher
 from kafscale.actors.partition_owner import FencedError, OwnerSettings, PartitionError, PartitionOwner
 from kafscale.cluster import keys
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
@@ -97,6 +98,7 @@ class ShardCore:
             uploads_in_flight=config.segment_uploads_in_flight,
         )
         self.groups = group_registry.for_shard(self)  # the group coordinators this shard hosts
+        self.committer = CommitBatcher(self.meta)  # the owners' flush commits share metadata transactions
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -211,7 +213,8 @@ class ShardCore:
             await old.close(flush=False)
         owner = PartitionOwner(topic, partition, shard_id=self.shard_id, meta=self.meta, objects=self.objects,
                                cache=self.cache, settings=self.owner_settings,
-                               topic_config=lambda: self._topic_configs(topic), metrics=self.metrics.partition(topic))
+                               topic_config=lambda: self._topic_configs(topic), metrics=self.metrics.partition(topic),
+                               committer=self.committer)
         await owner.open()
         self.owners[(topic, partition)] = owner
         return owner

@@ -30,6 +30,11 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     return default if raw is None else str(raw).strip().lower() in ("1", "true", "yes", "on")
 
 
+def include_headers(options: Mapping[str, str]) -> bool:
+    """Spark's Kafka source option includeHeaders; here the headers column is there unless it is "false"."""
+    return _flag({str(k).lower(): v for k, v in options.items()}, "includeheaders", True)
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     location: Location
@@ -41,7 +46,10 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
     split_bytes: int = 64 * 1024 * 1024
+    max_partition_bytes: int = 32 * 1024 * 1024
+    min_partitions: int | None = None
     data_loss_dir: str = ""
+    include_headers: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -67,7 +75,10 @@ class SourceOptions:
             fail_on_data_loss=_flag(opts, "failondataloss", True),
             max_offsets_per_trigger=int(max_offsets) if max_offsets else None,
             split_bytes=int(opts.get("kafscale.split.bytes", 64 * 1024 * 1024)),
+            max_partition_bytes=int(opts.get("kafscale.maxpartitionbytes", 32 * 1024 * 1024)),
+            min_partitions=int(opts["minpartitions"]) if opts.get("minpartitions") else None,
             data_loss_dir=opts.get("kafscale.datalossdir", ""),
+            include_headers=include_headers(opts),
         )
 
     def snapshot(self) -> Snapshot:
@@ -163,6 +174,25 @@ def plan_slices(opts: SourceOptions, snap: Snapshot, start: Mapping[tuple[str, i
             for byte_range in _ranges(opts, part, seg, lo, hi):
                 slices.append(_slice(opts, part, seg, lo, hi, byte_range, min_timestamp))
     return slices
+
+
+def group_slices(opts: SourceOptions, slices: list[Slice]) -> list[tuple[Slice, ...]]:
+    """Consecutive slices packed into Spark input partitions of at most max_partition_bytes (a larger slice is
+    one on its own), as Spark packs small files: each task costs tens of milliseconds whatever it reads, as
+    much as decoding a 4 MiB segment. minPartitions (as in Spark's Kafka source) shrinks the budget so that
+    there are at least that many partitions while slices allow."""
+    budget = opts.max_partition_bytes
+    if opts.min_partitions:
+        budget = min(budget, max(1, sum(s.nbytes for s in slices) // opts.min_partitions))
+    groups: list[list[Slice]] = []
+    size = 0
+    for piece in slices:
+        if not groups or size + piece.nbytes > budget:
+            groups.append([])
+            size = 0
+        groups[-1].append(piece)
+        size += piece.nbytes
+    return [tuple(g) for g in groups]
 
 
 def _starts_after(topic: TopicMeta, segment_min_ts: int, max_timestamp: int) -> bool:

@@ -289,8 +289,12 @@ def _headers(arrow_buf: pa.Buffer, buf: np.ndarray, fields: _Fields, lo: int, hi
     list_offsets = np.zeros(len(counts) + 1, dtype=np.int32)
     np.cumsum(counts, out=list_offsets[1:])
     total = int(list_offsets[-1])
+    # A record without headers has null headers, as in Spark's Kafka source (and Spark turns nulls into rows
+    # faster than empty lists).
+    none = pa.array(counts == 0)
     if total == 0:
-        return pa.ListArray.from_arrays(pa.array(list_offsets), pa.array([], _HEADER_TYPE), type=_HEADERS_TYPE)
+        return pa.ListArray.from_arrays(pa.array(list_offsets), pa.array([], _HEADER_TYPE), type=_HEADERS_TYPE,
+                                        mask=none)
     # Header j of record r goes to slot list_offsets[r - lo] + j of the flattened struct array.
     kstart = np.empty(total, dtype=np.int64)
     klen = np.empty(total, dtype=np.int64)
@@ -308,4 +312,4 @@ def _headers(arrow_buf: pa.Buffer, buf: np.ndarray, fields: _Fields, lo: int, hi
         key_strings = pa.array([k.decode("utf-8", "replace") for k in keys.to_pylist()], pa.string())
     values = _binary(arrow_buf, buf, vstart, vlen)
     structs = pa.StructArray.from_arrays([key_strings, values], fields=list(_HEADER_TYPE))
-    return pa.ListArray.from_arrays(pa.array(list_offsets), structs, type=_HEADERS_TYPE)
+    return pa.ListArray.from_arrays(pa.array(list_offsets), structs, type=_HEADERS_TYPE, mask=none)

@@ -28,7 +28,8 @@ def shape(df: Any, table: TableConfig) -> Any:
     from pyspark.sql import functions as F
 
     if table.columns == "raw":
-        return df.select("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+        return df.select(*[c for c in ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+                                       "headers") if c in df.columns])
     parsed = F.from_json(F.col("value").cast("string"), table.schema_ddl(), {"mode": "PERMISSIVE"})
     return df.select(parsed.alias("_v"), "topic", "partition", "offset", "timestamp").select(
         *[F.col(f"_v.`{name}`").alias(name) for name in table.schema], "topic", "partition", "offset", "timestamp")

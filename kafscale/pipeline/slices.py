@@ -53,6 +53,11 @@ class Slice:
     data_loss_dir: str = ""
 
     @property
+    def nbytes(self) -> int:
+        """Bytes this slice fetches."""
+        return self.segment.size if self.byte_range is None else self.byte_range[1] - self.byte_range[0]
+
+    @property
     def key(self) -> str:
         return object_keys.segment_key(self.location.namespace, self.topic, self.partition, self.segment.base)
 

@@ -43,13 +43,15 @@ from pyspark.sql.types import (
 from kafscale.pipeline.planning import (
     Offsets,
     SourceOptions,
+    group_slices,
+    include_headers,
     plan_slices,
     resolve_offsets,
     starting_offsets,
 )
 from kafscale.pipeline.slices import read_slice
 
-__all__ = ["KAFKA_SCHEMA", "KafscaleDataSource"]
+__all__ = ["KAFKA_SCHEMA", "KAFKA_SCHEMA_WITHOUT_HEADERS", "KafscaleDataSource"]
 
 KAFKA_SCHEMA = StructType([
     StructField("key", BinaryType()),
@@ -63,6 +65,8 @@ KAFKA_SCHEMA = StructType([
                                                  StructField("value", BinaryType())]))),
 ])
 
+KAFKA_SCHEMA_WITHOUT_HEADERS = StructType(KAFKA_SCHEMA.fields[:-1])
+
 
 class KafscaleDataSource(DataSource):
     @classmethod
@@ -70,7 +74,7 @@ class KafscaleDataSource(DataSource):
         return "kafscale"
 
     def schema(self) -> StructType:
-        return KAFKA_SCHEMA
+        return KAFKA_SCHEMA if include_headers(self.options) else KAFKA_SCHEMA_WITHOUT_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafscaleBatchReader(SourceOptions.parse(self.options))
@@ -153,11 +157,17 @@ class KafscaleBatchReader(DataSourceReader):
         self.bounds.narrow(start, end)
         slices = plan_slices(self.opts, snap, start, end, min_timestamp=self.bounds.min_ts,
                              max_timestamp=self.bounds.max_ts)
-        return [InputPartition(piece) for piece in slices]
+        return [InputPartition(group) for group in group_slices(self.opts, slices)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # Spark plans one partition without a value when partitions() returned none.
-        return iter(()) if partition.value is None else read_slice(partition.value)
+        return read_group(partition, self.opts.include_headers)
+
+
+def read_group(partition: InputPartition, headers: bool) -> Iterator[pa.RecordBatch]:
+    # Spark plans one partition without a value when partitions() returned none.
+    for piece in partition.value or ():
+        for batch in read_slice(piece):
+            yield batch if headers else batch.drop_columns(["headers"])
 
 
 def _to_json(offsets: dict[tuple[str, int], int]) -> Offsets:
@@ -225,11 +235,10 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = _from_json(start), _from_json(end)
         stop = {tp: o for tp, o in stop.items() if tp in snap.logs}
         slices = plan_slices(self.opts, snap, {tp: begin.get(tp, snap.logs[tp].log_start) for tp in stop}, stop)
-        return [InputPartition(piece) for piece in slices]
+        return [InputPartition(group) for group in group_slices(self.opts, slices)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # Spark plans one partition without a value when partitions() returned none.
-        return iter(()) if partition.value is None else read_slice(partition.value)
+        return read_group(partition, self.opts.include_headers)
 
     def commit(self, end: dict) -> None:
         pass  # nothing to release: segments stay in the store whatever the query has read

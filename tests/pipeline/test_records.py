@@ -39,8 +39,11 @@ def test_decoded_columns_equal_aiokafka_records(codec: int) -> None:
                 for raw in raws for r in DefaultRecordBatch(raw) if 12 <= r.offset < base - 2]
     rows = got.to_pylist()
     micros = got.column("timestamp").cast("int64").to_pylist()
-    assert [(r["key"], r["value"], r["offset"], ts, [(h["key"], h["value"]) for h in r["headers"]])
+    assert [(r["key"], r["value"], r["offset"], ts, [(h["key"], h["value"]) for h in r["headers"] or []])
             for r, ts in zip(rows, micros, strict=True)] == expected
+    # As in Spark's Kafka source, a record without headers has null headers, not an empty list.
+    assert [r["headers"] is None for r in rows] == [not h for *_, h in expected]
+    assert any(r["headers"] is None for r in rows) and any(r["headers"] for r in rows)
     assert {(r["topic"], r["partition"], r["timestampType"]) for r in rows} == {("orders", 3, 0)}
 
 

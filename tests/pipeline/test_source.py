@@ -75,10 +75,33 @@ def test_offset_ranges_patterns_and_timestamps(spark: Any, deployment_embedded: 
 
 def test_large_segments_are_read_in_byte_ranges(spark: Any, deployment_embedded: Deployment, orders: tuple) -> None:
     topic, expected = orders
-    whole = kafscale_df(spark, deployment_embedded, topic=topic)
-    ranged = kafscale_df(spark, deployment_embedded, topic=topic, **{"kafscale.split.bytes": "4096"})
+    one_each = {"kafscale.maxPartitionBytes": "1"}  # a Spark partition per slice, so that they can be counted
+    whole = kafscale_df(spark, deployment_embedded, topic=topic, **one_each)
+    ranged = kafscale_df(spark, deployment_embedded, topic=topic, **{"kafscale.split.bytes": "4096"}, **one_each)
     assert ranged.rdd.getNumPartitions() > whole.rdd.getNumPartitions()
     assert spark_records(ranged) == expected
+
+
+def test_small_slices_are_packed_into_few_spark_partitions(spark: Any, deployment_embedded: Deployment,
+                                                           orders: tuple) -> None:
+    topic, expected = orders
+    one_each = kafscale_df(spark, deployment_embedded, topic=topic, **{"kafscale.maxPartitionBytes": "1"})
+    packed = kafscale_df(spark, deployment_embedded, topic=topic)  # default budget: 32 MiB of segments a task
+    at_least = kafscale_df(spark, deployment_embedded, topic=topic, minPartitions="3")
+    assert one_each.rdd.getNumPartitions() > 3
+    assert packed.rdd.getNumPartitions() == 1
+    assert at_least.rdd.getNumPartitions() >= 3
+    for df in (packed, at_least):
+        assert spark_records(df) == expected
+
+
+def test_include_headers_false_drops_the_column_as_in_sparks_kafka_source(
+        spark: Any, deployment_embedded: Deployment, orders: tuple) -> None:
+    topic, expected = orders
+    df = kafscale_df(spark, deployment_embedded, topic=topic, includeHeaders="false")
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    got = sorted((r.partition, r.offset, r.key, r.value) for r in df.collect())
+    assert got == sorted((r.partition, r.offset, r.key, r.value) for r in expected)
 
 
 def test_uncommitted_objects_are_ignored(spark: Any, deployment_embedded: Deployment, orders: tuple) -> None:

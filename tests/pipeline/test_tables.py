@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import yaml
 from kafscale.cli import main
 from kafscale.pipeline.config import parse_config
 from kafscale.pipeline.runner import run_pipeline, start_queries
+from kafscale.testing.iceberg_rest import IcebergRestServer
 from tests.pipeline.conftest import Deployment, unique_topic
 from tests.pipeline.kafka import consume_all, create_topic, produce
 
@@ -30,30 +32,40 @@ def orders(first: int, count: int, *, coupon: bool = False) -> list[dict[str, An
     return out
 
 
-def iceberg_rows(tmp: Path) -> Any:
+@pytest.fixture(params=["sql", "rest"])
+def catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The pipeline's Iceberg catalog: pyiceberg's SQL catalog, or a REST catalog over HTTP."""
+    if request.param == "sql":
+        yield {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+        return
+    with IcebergRestServer(tmp_path / "rest") as server:
+        yield {"type": "rest", "uri": server.uri}
+
+
+def iceberg_rows(catalog: dict[str, str]) -> Any:
+    """The table as pyiceberg reads it through the same catalog."""
     from pyiceberg.catalog import load_catalog
 
-    catalog = load_catalog("kafscale", type="sql", uri=f"sqlite:///{tmp}/catalog.db", warehouse=f"file://{tmp}/wh")
-    return catalog.load_table("shop.orders")
+    return load_catalog("kafscale", **catalog).load_table("shop.orders")  # a SQL catalog keys tables by its name
 
 
-def iceberg_config(dep: Deployment, topic: str, tmp: Path, schema: dict[str, str]) -> Any:
+def iceberg_config(dep: Deployment, topic: str, tmp: Path, schema: dict[str, str], catalog: dict[str, str]) -> Any:
     return parse_config({
         "name": "shop", "source": dep.options, "checkpoint": str(tmp / "checkpoints"), "max_offsets_per_trigger": 200,
-        "catalog": {"type": "sql", "uri": f"sqlite:///{tmp}/catalog.db", "warehouse": f"file://{tmp}/wh"},
+        "catalog": catalog,
         "tables": [{"name": "orders", "topics": [topic], "format": "iceberg", "table": "shop.orders",
                     "columns": "json", "schema": schema}],
     }, tmp)
 
 
 def test_iceberg_table_is_exact_after_a_crash_and_evolves_its_schema(
-        spark: Any, deployment_cloud: Deployment, tmp_path: Path) -> None:
+        spark: Any, deployment_cloud: Deployment, tmp_path: Path, catalog: dict[str, str]) -> None:
     dep = deployment_cloud
     topic = unique_topic("shop-orders")
     create_topic(dep.bootstrap, topic, 2)
     produce(dep.bootstrap, topic, orders(0, 1000))
     schema = {"id": "long", "customer": "string", "amount": "double"}
-    cfg = iceberg_config(dep, topic, tmp_path, schema)
+    cfg = iceberg_config(dep, topic, tmp_path, schema, catalog)
 
     def crash(batch_id: int) -> None:
         if batch_id == 2:  # the table has batch 2, Spark's checkpoint does not: a replay must add nothing
@@ -62,10 +74,10 @@ def test_iceberg_table_is_exact_after_a_crash_and_evolves_its_schema(
     [(query, _)] = start_queries(spark, cfg, after_commit=crash)
     with pytest.raises(Exception, match="simulated crash"):
         query.awaitTermination(120)
-    assert len(iceberg_rows(tmp_path).scan().to_arrow()) == 600
+    assert len(iceberg_rows(catalog).scan().to_arrow()) == 600
 
     assert run_pipeline(spark, cfg) == {"orders": 400}
-    table = iceberg_rows(tmp_path).scan().to_arrow()
+    table = iceberg_rows(catalog).scan().to_arrow()
     assert sorted(table.column("id").to_pylist()) == list(range(1000))
     consumed = {(r.partition, r.offset): r for r in consume_all(dep.bootstrap, topic, 2)}
     for row in table.to_pylist():
@@ -76,9 +88,9 @@ def test_iceberg_table_is_exact_after_a_crash_and_evolves_its_schema(
 
     # A field added to the declared schema becomes a new column; earlier rows have none.
     produce(dep.bootstrap, topic, orders(1000, 200, coupon=True))
-    evolved = iceberg_config(dep, topic, tmp_path, {**schema, "coupon": "string"})
+    evolved = iceberg_config(dep, topic, tmp_path, {**schema, "coupon": "string"}, catalog)
     assert run_pipeline(spark, evolved) == {"orders": 200}
-    table = iceberg_rows(tmp_path)
+    table = iceberg_rows(catalog)
     assert "coupon" in [f.name for f in table.schema().fields]
     rows = table.scan().to_arrow().to_pylist()
     assert sorted(r["id"] for r in rows) == list(range(1200))

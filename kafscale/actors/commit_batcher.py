@@ -1,0 +1,87 @@
+"""Group commit of partition states: the flush commits of all partition owners of one shard share metadata
+transactions.
+
+Every flush ends with one fenced transaction (compare the owner key's revision, put the partition state, the
+segment records and producer states). With many partitions per shard those transactions — each a Ray call to
+the metadata actor or a round trip to etcd — cost more than the data path itself. So an owner hands its
+transaction here: when none is in flight it goes at once; commits that arrive meanwhile wait for it and then
+go together, all their compares and all their puts in one transaction. If that combined transaction's
+compares fail, one of the owners was fenced: each commit of the batch is then retried on its own, so that
+only the fenced one is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kafscale.storage.metadata_store import Compare, MetadataStore, Op
+
+# etcd refuses transactions of more than 128 operations by default (--max-txn-ops); compares count too.
+MAX_BATCH_OPS = 120
+
+
+@dataclass(slots=True)
+class _Commit:
+    compares: Sequence[Compare]
+    ops: Sequence[Op]
+    done: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    @property
+    def size(self) -> int:
+        return len(self.compares) + len(self.ops)
+
+
+class CommitBatcher:
+    def __init__(self, meta: MetadataStore) -> None:
+        self.meta = meta
+        self._queue: list[_Commit] = []
+        self._drainer: asyncio.Task[None] | None = None
+        self.transactions = 0  # metadata transactions sent, for tests and metrics
+
+    async def commit(self, compares: Sequence[Compare], ops: Sequence[Op]) -> bool:
+        """Apply ops if every compare holds; False if one does not (the caller is fenced). Store errors are
+        raised: the commit may or may not have been applied, as with a direct transaction."""
+        request = _Commit(compares, ops)
+        self._queue.append(request)
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+        return await asyncio.shield(request.done)
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, size = [], 0
+            while self._queue and (not batch or size + self._queue[0].size <= MAX_BATCH_OPS):
+                size += self._queue[0].size
+                batch.append(self._queue.pop(0))
+            try:
+                if await self._send([c for r in batch for c in r.compares], [o for r in batch for o in r.ops]):
+                    _settle(batch, True)
+                elif len(batch) == 1:
+                    _settle(batch, False)
+                else:  # somebody in the batch is fenced: find out who, one by one
+                    for request in batch:
+                        try:
+                            _settle([request], await self._send(request.compares, request.ops))
+                        except Exception as e:
+                            _fail([request], e)
+            except Exception as e:
+                _fail(batch, e)
+
+    async def _send(self, compares: Sequence[Compare], ops: Sequence[Op]) -> bool:
+        self.transactions += 1
+        return (await self.meta.txn(compares, ops)).succeeded
+
+
+def _settle(batch: list[_Commit], succeeded: bool) -> None:
+    for request in batch:
+        if not request.done.done():
+            request.done.set_result(succeeded)
+
+
+def _fail(batch: list[_Commit], error: Exception) -> None:
+    for request in batch:
+        if not request.done.done():
+            request.done.set_exception(error)
+            request.done.exception()  # retrieved: a caller that gave up must not leave a warning behind

@@ -30,14 +30,13 @@ from kio.schema.errors import ErrorCode
 from kafscale.actors.commit_batcher import CommitBatcher
 from kafscale.actors.producer_state import BatchMeta, ProducerEntry, ProducerStates
 from kafscale.actors.read_path import ReadPath, SegmentMeta
+from kafscale.actors.segment_upload import upload_segment
 from kafscale.cluster import keys
-from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
-from kafscale.storage.object_store import ObjectNotFoundError, ObjectStoreError
 from kafscale.storage.recompress import recompress_batches
 from kafscale.storage.segment import BuiltSegment, build_segment
 
@@ -236,7 +235,7 @@ class PartitionOwner:
         duplicate = self._find_duplicate(batches)
         if duplicate is not None:
             return duplicate
-        refused = self._check_sequences(batches)
+        refused = self._producers.check_request([h for _, h in batches])
         if refused is not None:
             return AppendOutcome(refused, log_start_offset=self.log_start_offset)
 
@@ -300,25 +299,6 @@ class PartitionOwner:
             outcome.durable = self._durable_future_for(last)
         return outcome
 
-    def _check_sequences(self, batches: list[tuple[int, BatchHeader]]) -> ErrorCode | None:
-        """Kafka's sequence rules; later batches of one producer in the same request must follow on."""
-        previous: dict[int, BatchHeader] = {}
-        for _, h in batches:
-            if h.producer_id < 0:
-                continue
-            prev = previous.get(h.producer_id)
-            if prev is None:
-                verdict = self._producers.check(h)
-                if isinstance(verdict, ErrorCode):
-                    return verdict
-                if isinstance(verdict, BatchMeta):  # a retry mixed with new batches
-                    return ErrorCode.duplicate_sequence_number
-            elif (h.producer_epoch != prev.producer_epoch
-                  or h.base_sequence != (prev.base_sequence + prev.last_offset_delta + 1) % 2**31):
-                return ErrorCode.out_of_order_sequence_number
-            previous[h.producer_id] = h
-        return None
-
     def _durable_future_for(self, offset: int) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for pending in [*self._sealed, self._open]:
@@ -373,7 +353,8 @@ class PartitionOwner:
         delay = 0.05
         while True:
             try:
-                key_epoch = await self._upload(built.info.base_offset, built.data, built.index)
+                key_epoch = await upload_segment(self.objects, self.settings.namespace, self.topic, self.partition,
+                                                 self.epoch, built.info.base_offset, built.data, built.index)
                 return _Uploaded(built, key_epoch, started)
             except Exception as e:  # store trouble: keep the data, retry with back-off
                 if self.fenced or (self.closed and delay >= 2):
@@ -425,36 +406,6 @@ class PartitionOwner:
                     fut.set_result(None)
         self._space.set()
         self._notify_readers()
-
-    async def _upload(self, base: int, segment: bytes, index: bytes) -> int:
-        """Store a segment and its index by conditional create; returns the key epoch they went to.
-
-        An object already at the plain key is either our own earlier attempt (same bytes) or the
-        leftover of an owner that uploaded but never committed. Leftovers are never deleted here: a
-        zombie deleting "its" leftover could race with a successor that has just committed that key.
-        Instead this incarnation writes the keys of its own epoch, which no other owner writes."""
-        ns = self.settings.namespace
-        placed = await asyncio.gather(
-            self._place(object_keys.segment_key(ns, self.topic, self.partition, base), segment),
-            self._place(object_keys.index_key(ns, self.topic, self.partition, base), index))
-        if all(placed):
-            return 0
-        log.info("%s-%d: an uncommitted leftover holds offset %d; writing the keys of epoch %d",
-                 self.topic, self.partition, base, self.epoch)
-        for key, data in ((object_keys.segment_key(ns, self.topic, self.partition, base, self.epoch), segment),
-                          (object_keys.index_key(ns, self.topic, self.partition, base, self.epoch), index)):
-            if not await self._place(key, data):
-                raise ObjectStoreError(f"{key} holds other bytes, yet only epoch {self.epoch} writes it")
-        return self.epoch
-
-    async def _place(self, key: str, data: bytes) -> bool:
-        """Conditional create; True when the key now holds exactly `data`."""
-        if await self.objects.put_if_absent(key, data):
-            return True
-        try:
-            return await self.objects.get(key) == data
-        except ObjectNotFoundError:  # removed between the two calls (a topic deletion): try once more
-            return await self.objects.put_if_absent(key, data)
 
     async def _commit(self, ready: list[tuple[_Pending, _Uploaded]]) -> None:
         async with self._state_lock:  # log_start_offset must not move between reading and writing it

@@ -86,6 +86,26 @@ class ProducerStates:
             return ErrorCode.out_of_order_sequence_number
         return None
 
+    def check_request(self, headers: list[BatchHeader]) -> ErrorCode | None:
+        """Kafka's sequence rules for the batches of one produce request (retries already answered): each
+        producer's first batch must follow what is stored, and its later batches must follow on."""
+        previous: dict[int, BatchHeader] = {}
+        for h in headers:
+            if h.producer_id < 0:
+                continue
+            prev = previous.get(h.producer_id)
+            if prev is None:
+                verdict = self.check(h)
+                if isinstance(verdict, ErrorCode):
+                    return verdict
+                if isinstance(verdict, BatchMeta):  # a retry mixed with new batches
+                    return ErrorCode.duplicate_sequence_number
+            elif (h.producer_epoch != prev.producer_epoch
+                  or h.base_sequence != (prev.base_sequence + prev.last_offset_delta + 1) % 2**31):
+                return ErrorCode.out_of_order_sequence_number
+            previous[h.producer_id] = h
+        return None
+
     def record(self, header: BatchHeader, base_offset: int) -> ProducerEntry:
         entry = self.entries.get(header.producer_id)
         if entry is None or header.producer_epoch != entry.epoch:

@@ -466,8 +466,12 @@ class PartitionOwner:
 
     def _cancel_uploads(self) -> None:
         for pending in self._sealed:
-            if pending.upload is not None and not pending.upload.done():
+            if pending.upload is None:
+                continue
+            if not pending.upload.done():
                 pending.upload.cancel()
+            elif not pending.upload.cancelled():
+                pending.upload.exception()  # an upload that gave up will never be committed: nothing to report
 
     def _fail_all(self, code: ErrorCode) -> None:
         for pending in [*self._sealed, self._open]:

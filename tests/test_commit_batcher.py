@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kafscale.actors.commit_batcher import MAX_BATCH_OPS, CommitBatcher
+from kafscale.actors.commit_batcher import CommitBatcher
 from kafscale.storage.embedded_store import EmbeddedStore
-from kafscale.storage.metadata_store import Compare, Op, Put
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Op, Put
 from tests.test_partition_owner import FlakyMeta
 
 
@@ -72,10 +72,10 @@ async def test_batches_stay_under_the_transaction_size_limit(store: EmbeddedStor
     meta = FlakyMeta(store)
     batcher = CommitBatcher(meta)
     revisions = await owner_keys(store, 100)
-    # Each commit is 1 compare + 3 puts: a batch holds MAX_BATCH_OPS // 4 of them.
+    # Each commit is 1 compare + 3 puts: a batch holds MAX_TXN_OPS // 4 of them.
     commits = [(guard(i, revisions[i]), [Put(f"s/{i}/{j}", j) for j in range(3)]) for i in range(100)]
     assert await behind_a_held_commit(meta, batcher, commits) == [True] * 100
-    assert batcher.transactions == 1 + math.ceil(100 / (MAX_BATCH_OPS // 4))  # the held one, then full batches
+    assert batcher.transactions == 1 + math.ceil(100 / (MAX_TXN_OPS // 4))  # the held one, then full batches
 
 
 async def test_a_store_error_reaches_every_commit_of_the_batch(store: EmbeddedStore) -> None:

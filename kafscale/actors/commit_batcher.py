@@ -5,21 +5,19 @@ Every flush ends with one fenced transaction (compare the owner key's revision, 
 segment records and producer states). With many partitions per shard those transactions — each a Ray call to
 the metadata actor or a round trip to etcd — cost more than the data path itself. So an owner hands its
 transaction here: when none is in flight it goes at once; commits that arrive meanwhile wait for it and then
-go together, all their compares and all their puts in one transaction. If that combined transaction's
-compares fail, one of the owners was fenced: each commit of the batch is then retried on its own, so that
-only the fenced one is refused.
+go together, all their compares and all their puts in one transaction (up to MAX_TXN_OPS operations). If that
+combined transaction's compares fail, one of the owners was fenced: each commit of the batch is then retried
+on its own, so that only the fenced one is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kafscale.storage.metadata_store import Compare, MetadataStore, Op
-
-# etcd refuses transactions of more than 128 operations by default (--max-txn-ops); compares count too.
-MAX_BATCH_OPS = 120
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, MetadataStore, Op
 
 
 @dataclass(slots=True)
@@ -36,7 +34,7 @@ class _Commit:
 class CommitBatcher:
     def __init__(self, meta: MetadataStore) -> None:
         self.meta = meta
-        self._queue: list[_Commit] = []
+        self._queue: deque[_Commit] = deque()
         self._drainer: asyncio.Task[None] | None = None
         self.transactions = 0  # metadata transactions sent, for tests and metrics
 
@@ -52,9 +50,9 @@ class CommitBatcher:
     async def _drain(self) -> None:
         while self._queue:
             batch, size = [], 0
-            while self._queue and (not batch or size + self._queue[0].size <= MAX_BATCH_OPS):
+            while self._queue and (not batch or size + self._queue[0].size <= MAX_TXN_OPS):
                 size += self._queue[0].size
-                batch.append(self._queue.pop(0))
+                batch.append(self._queue.popleft())
             try:
                 if await self._send([c for r in batch for c in r.compares], [o for r in batch for o in r.ops]):
                     _settle(batch, True)

@@ -24,13 +24,11 @@ from kio.schema.errors import ErrorCode
 from kafscale.actors.group_offsets import OffsetEntry, TopicPartition, expired_offsets
 from kafscale.actors.group_state import Group, JoinResult, State, SyncResult
 from kafscale.cluster import keys
-from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
 
 log = logging.getLogger(__name__)
 
-# etcd refuses transactions of more than 128 operations (--max-txn-ops); a commit of more partitions than this
-# is written in several transactions, each still fenced.
-MAX_TXN_OPS = 100
+# A commit of more partitions than MAX_TXN_OPS is written in several transactions, each still fenced.
 
 
 class CoordinatorFenced(Exception):

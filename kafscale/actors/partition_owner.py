@@ -36,15 +36,11 @@ from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState
-from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, Put
 from kafscale.storage.recompress import recompress_batches
 from kafscale.storage.segment import BuiltSegment, build_segment
 
 log = logging.getLogger(__name__)
-
-# Operations in one commit transaction before further ready segments wait for the next one (etcd refuses
-# more than 128 by default); a single segment is always committed, whatever its producer count.
-MAX_COMMIT_OPS = 100
 
 
 class FencedError(Exception):
@@ -375,7 +371,7 @@ class PartitionOwner:
             if ready and (pending.upload.cancelled() or pending.upload.exception() is not None):
                 break  # only the oldest segment's failure stops the owner
             ops += 1 + len(pending.producers)
-            if ready and ops > MAX_COMMIT_OPS:
+            if ready and ops > MAX_TXN_OPS:  # later segments wait; one alone always goes
                 break
             ready.append((pending, pending.upload.result()))  # an upload that gave up raises here
         delay = 0.05

@@ -27,6 +27,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from kafscale.protocol.varint import varint_bytes
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
@@ -51,20 +53,8 @@ _STRUCT_CODES = {
     "float64": "d", "bool": "?", "error_code": "h",
 }  # fmt: skip
 _I64 = struct.Struct(">q")
-_ONE_BYTE_VARINTS = tuple(bytes((i,)) for i in range(128))
 _ZERO_UUID = bytes(16)
 _NOT_NULL = 1  # KIP-893 marker before a non-null nullable struct; null is -1 (0xFF)
-
-
-def varint_bytes(n: int) -> bytes:
-    if n < 0x80:
-        return _ONE_BYTE_VARINTS[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _ms(value: datetime.timedelta) -> int:

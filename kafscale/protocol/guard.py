@@ -34,7 +34,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from kafscale.protocol.encoder import varint_bytes
+from kafscale.protocol.varint import VarintError, read_uvarint, varint_bytes
 
 __all__ = ["MAX_ELEMENTS", "GuardError", "check", "validate_lengths"]
 
@@ -82,14 +82,7 @@ _FIXED_SIZES = {
 
 
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    for shift in (0, 7, 14, 21, 28):
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-    raise _Invalid("unsigned varint longer than 5 bytes")
+    return read_uvarint(buf, pos, len(buf))
 
 
 def _skip(n: int) -> _Step:
@@ -277,7 +270,7 @@ def _walk(cls: type[Any], buf: bytes, offset: int) -> tuple[int, _Walk]:
     walk = _Walk()
     try:
         end = _entity_guard(cls, False).step(buf, offset, walk)
-    except (_Invalid, IndexError, struct.error) as e:
+    except (_Invalid, VarintError, IndexError, struct.error) as e:
         raise GuardError(str(e) or "truncated") from None
     if end > len(buf):
         raise GuardError("truncated")

@@ -19,6 +19,7 @@ from kio.index import load_request_schema
 
 from kafscale.protocol.codec import known_versions
 from kafscale.protocol.errors import InvalidRequestHeader
+from kafscale.protocol.varint import VarintError, read_uvarint
 
 __all__ = ["RequestHeader", "parse_request_header", "request_header_version"]
 
@@ -85,16 +86,10 @@ def parse_request_header(payload: bytes | memoryview, offset: int = 0) -> Reques
 
 
 def _uvarint(payload: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    for shift in (0, 7, 14, 21, 28):
-        if pos >= end:
-            raise InvalidRequestHeader("truncated tagged fields")
-        b = payload[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-    raise InvalidRequestHeader("varint longer than 5 bytes in tagged fields")
+    try:
+        return read_uvarint(payload, pos, end)
+    except VarintError as e:
+        raise InvalidRequestHeader(f"{e} in tagged fields") from None
 
 
 def _skip_tagged_fields(payload: bytes | memoryview, pos: int, end: int) -> int:

@@ -11,6 +11,10 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# etcd refuses transactions of more than 128 operations, compares included (--max-txn-ops). Writers that may
+# build larger ones split them at this size, which leaves room for their fencing compares.
+MAX_TXN_OPS = 120
+
 
 class MetadataStoreError(Exception):
     """The store could not be reached or failed; the operation may be retried."""

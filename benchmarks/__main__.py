@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, Context, log, machine_info
+from benchmarks.common import REPO, Context, log, machine_info, set_aside_cpus
 from benchmarks.scenarios import SCENARIOS, close_shared, resolve
 
 DEFAULT_ORDER = ["limits", "produce", "end_to_end", "kcat_spec", "catchup", "scale", "group_rebalance",
@@ -41,6 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="partition counts of the scale scenario (repeatable; default 1000 and 10000)")
     parser.add_argument("--e2e-rate", type=float, default=1000.0, help="end-to-end scenario rate, records/s")
     parser.add_argument("--keep-data", action="store_true", help="keep broker data under OUT/work")
+    parser.add_argument("--s3-cpus", type=int, default=0,
+                        help="run SeaweedFS on this many CPUs of its own and everything else on the rest "
+                             "(default 0: all share every CPU)")
+    parser.add_argument("--no-s3-own-cpu", action="store_true",
+                        help="skip the second SeaweedFS produce pass with the S3 server on a CPU of its own")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return parser.parse_args(argv)
 
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     backends = args.backend or ["local", "seaweedfs"]
     options: dict[str, Any] = {"duration": args.duration, "backlog_mib": args.backlog_mib,
                                "scale_partitions": args.scale_partitions, "e2e_rate": args.e2e_rate}
+    if args.s3_cpus:
+        options["s3_cpus"], options["other_cpus"] = set_aside_cpus(args.s3_cpus)
     ctx = Context(out, args.quick, backends, options)
     log(f"results folder {out}; scenarios {names}; backends {backends}; quick={args.quick}")
     machine = machine_info()
@@ -93,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         if not args.keep_data:
             shutil.rmtree(ctx.work, ignore_errors=True)
+    if _wants_own_cpu_pass(args, backends, names):
+        failures.update(_own_cpu_pass(out / "seaweedfs-own-cpu", args))
     data = _write(out, ctx, machine, args, names, samples, failures, timings, t0)
     try:
         from benchmarks.plots import plot_all
@@ -109,6 +118,25 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"results_dir": str(out), "failures": failures, "summary": summary}, indent=1))
     log(f"done in {time.monotonic() - t0:.0f} s; results in {out}")
     return 1 if failures else 0
+
+
+def _wants_own_cpu_pass(args: argparse.Namespace, backends: list[str], names: list[str]) -> bool:
+    import os
+
+    return ("seaweedfs" in backends and "produce" in names and not args.s3_cpus and not args.quick
+            and not args.no_s3_own_cpu and len(os.sched_getaffinity(0)) > 1)
+
+
+def _own_cpu_pass(out: Path, args: argparse.Namespace) -> dict[str, str]:
+    """The SeaweedFS produce figures again, with the S3 server on a CPU of its own (as S3 is on other
+    machines in a deployment): its own results folder, limits measured beside it as always."""
+    import subprocess
+
+    log(f"=== SeaweedFS on a CPU of its own: {out}")
+    cmd = [sys.executable, "-m", "benchmarks", "--backend", "seaweedfs", "--s3-cpus", "1", "--scenario", "produce",
+           "--duration", str(args.duration), "--out", str(out)]
+    done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
+    return {} if done.returncode == 0 else {"seaweedfs-own-cpu": f"exit status {done.returncode}; see {out}"}
 
 
 def _write(out: Path, ctx: Context, machine: dict[str, Any], args: argparse.Namespace, names: list[str],

@@ -102,6 +102,21 @@ class Result:
         }
 
 
+def set_aside_cpus(count: int) -> tuple[list[int], list[int]]:
+    """Give the last `count` CPUs to the S3 server and pin this process to the others.
+
+    Everything this process starts afterwards (brokers, Ray, client workers) inherits the pinning, so
+    the S3 server and the rest no longer compete for the same cores: what a deployment with S3 on other
+    machines looks like. Returns (S3 CPUs, the rest).
+    """
+    mine = sorted(os.sched_getaffinity(0))
+    if not 0 < count < len(mine):
+        raise ValueError(f"--s3-cpus must leave at least one of this process's {len(mine)} CPUs, got {count}")
+    s3, rest = mine[-count:], mine[:-count]
+    os.sched_setaffinity(0, rest)
+    return s3, rest
+
+
 class Context:
     """Run-wide state handed to every scenario: options, output folder, limits measured so far."""
 
@@ -132,8 +147,9 @@ class Context:
     def seaweed(self) -> SeaweedS3Server:
         """One SeaweedFS server for the whole run (each broker gets its own bucket)."""
         if self._seaweed is None:
-            log("starting SeaweedFS (weed mini)")
-            self._seaweed = SeaweedS3Server(self.work / "seaweed")
+            cpus = self.options.get("s3_cpus") or None
+            log(f"starting SeaweedFS (weed mini){f' on CPUs {sorted(cpus)}' if cpus else ''}")
+            self._seaweed = SeaweedS3Server(self.work / "seaweed", cpus=set(cpus) if cpus else None)
         return self._seaweed
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
 """Profile the broker under the produce-throughput load with py-spy: `python -m benchmarks.profile`.
 
-Starts a broker on the local store, runs the 1 KiB / acks=all / 4-partition producer from a worker
-process, and meanwhile samples every busy process of the broker (the shards, the metadata actor, the
-controller, the serve driver) with `py-spy record --format raw --threads`. Writes to the output folder:
+Starts a broker on the local store (or SeaweedFS, `--backend seaweedfs`), runs the 1 KiB / acks=all /
+4-partition producer from a worker process, and meanwhile samples every busy process of the broker
+(the shards, the metadata actor, the controller, the serve driver) with
+`py-spy record --format raw --threads`. Writes to the output folder:
 
 * `<process>-<pid>.txt`: collapsed stacks (flamegraph.pl / speedscope can open them),
 * `<process>-<pid>.speedscope.json`: the same, for https://www.speedscope.app,
@@ -37,6 +38,7 @@ from benchmarks.common import (
     log,
     machine_info,
     metrics_delta,
+    set_aside_cpus,
 )
 
 _CLK = os.sysconf("SC_CLK_TCK")
@@ -148,18 +150,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--acks", default="all")
+    parser.add_argument("--backend", choices=["local", "seaweedfs"], default="local",
+                        help="object store of the broker (seaweedfs: its CPU is counted too)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--native", action="store_true", help="py-spy --native (C frames too; slower)")
+    parser.add_argument("--s3-cpus", type=int, default=0,
+                        help="SeaweedFS on this many CPUs of its own, everything else on the rest")
+    parser.add_argument("--blocking", action="store_true",
+                        help="let py-spy pause the process for each sample (exact stacks, but a process with "
+                             "many threads then runs several times slower)")
+    parser.add_argument("--cpu-only", action="store_true",
+                        help="no py-spy (it pauses the process it samples): CPU by process and broker histograms only")
     args = parser.parse_args(argv)
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(pyspy).exists():
+    if not args.cpu_only and not Path(pyspy).exists():
         raise SystemExit("py-spy not found: .venv/bin/pip install py-spy")
     out = (args.out or REPO / "benchmarks" / "results" / (time.strftime("%Y%m%d-%H%M%S") + "-profile")).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    ctx = Context(out, False, ["local"], {})
+    options: dict[str, Any] = {}
+    if args.s3_cpus:
+        options["s3_cpus"], options["other_cpus"] = set_aside_cpus(args.s3_cpus)
+    ctx = Context(out, False, [args.backend], options)
     report: dict[str, Any] = {"machine": machine_info(), "settings": vars(args) | {"out": str(out)}}
     try:
-        with broker(ctx, "local", "profile") as b:
+        with broker(ctx, args.backend, "profile") as b:
             topic = "profile"
             from benchmarks.common import run_worker
 
@@ -174,20 +188,25 @@ def main(argv: list[str] | None = None) -> int:
                     if _label(p) not in ("IDLE",) and (_cmdline(p)[0].startswith("ray::") or p == b.serve.proc.pid)]
             pids = [p for p in pids if not _label(p).endswith("Agent")]
             every = broker_pids(b.serve.proc.pid)
-            cpu0 = {p: _cpu_s(p) for p in [*every, producer.proc.pid]}
+            weed = ctx.seaweed().pid if args.backend == "seaweedfs" else None
+            cpu0 = {p: _cpu_s(p) for p in [*every, producer.proc.pid, *([weed] if weed else [])]}
             m0 = b.metrics()
             load0 = loadavg()
             t0 = time.monotonic()
             spies = []
-            for pid in pids:
+            for pid in [] if args.cpu_only else pids:
                 raw = out / f"{_label(pid)}-{pid}.txt"
                 cmd = [pyspy, "record", "--pid", str(pid), "--duration", str(int(args.duration)), "--rate",
                        str(args.rate), "--format", "raw", "--threads", "--output", str(raw)]
+                if not args.blocking:
+                    cmd.append("--nonblocking")
                 if args.native:
                     cmd.append("--native")
                 spies.append((pid, raw, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
             for _, _, spy in spies:
                 spy.wait(args.duration + 120)
+            if args.cpu_only:
+                time.sleep(args.duration)
             window = time.monotonic() - t0
             cpu1 = {p: _cpu_s(p) for p in cpu0}
             report["broker_metrics"] = metrics_delta(m0, b.metrics())
@@ -197,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             for p, c0 in cpu0.items():
                 c1 = cpu1.get(p)
                 if c0 is not None and c1 is not None and c1 - c0 > 0.05:
-                    label = "client (confluent-kafka producer)" if p == producer.proc.pid else _label(p)
+                    label = ("client (confluent-kafka producer)" if p == producer.proc.pid
+                             else "S3 server (weed mini)" if p == weed else _label(p))
                     cpu.append({"pid": p, "process": label, "cpu_s": round(c1 - c0, 2),
                                 "cores": round((c1 - c0) / window, 3)})
             cpu.sort(key=lambda x: -x["cpu_s"])

@@ -37,8 +37,10 @@ class BrokerConfig:
     etcd_prefix: str = field(default="/kafscale/", metadata={"help": "key prefix in etcd"})
     shards: int = field(default=0, metadata={"help": "number of broker shards (0 = CPU count)"})
     partitions_per_shard: int = field(default=0, metadata={"help": "informational placement hint"})
-    flush_interval_ms: int = field(default=50, metadata={"help": "max time a record waits to flush"})
-    segment_bytes: int = field(default=4 * 1024 * 1024, metadata={"help": "flush when buffer reaches"})
+    flush_interval_ms: int = field(default=50, metadata={
+        "help": "max time a record waits to flush while no earlier upload of its partition is running"})
+    segment_bytes: int = field(default=4 * 1024 * 1024, metadata={
+        "help": "largest segment: the append that would overflow it starts a new one"})
     index_interval_bytes: int = field(default=4096, metadata={"help": "sparse index spacing"})
     cache_bytes: int = field(default=256 * 1024 * 1024, metadata={"help": "segment cache per shard"})
     readahead_segments: int = field(default=1, metadata={"help": "segments prefetched after a miss"})

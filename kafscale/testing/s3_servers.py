@@ -145,10 +145,13 @@ class MotoS3Server(_S3Server):
 
 # Runs in the child between fork and exec of weed: ask the kernel to kill it when its parent dies,
 # so a crashed test run leaves no server behind (a shim instead of preexec_fn, which is unsafe in
-# a process with threads, such as one hosting moto). Then exec weed, keeping this PID.
+# a process with threads, such as one hosting moto). Then exec weed, keeping this PID. The second
+# argument is a comma-separated CPU list to pin weed to, or empty.
 _PDEATHSIG_SHIM = """
 import ctypes, os, signal, sys
-parent, argv = int(sys.argv[1]), sys.argv[2:]
+parent, cpus, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+if cpus:
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
 libc = ctypes.CDLL(None, use_errno=True)
 if hasattr(libc, "prctl"):
     PR_SET_PDEATHSIG = 1
@@ -198,7 +201,8 @@ class SeaweedS3Server(_S3Server):
 
     Every listener is on 127.0.0.1 and a free port, so several instances can run at once. The
     server is killed when the thread that started it exits (PR_SET_PDEATHSIG follows the forking
-    thread, not the process): start it from a thread that lives as long as it should.
+    thread, not the process): start it from a thread that lives as long as it should. With cpus,
+    weed runs on those CPUs only (benchmarks use it to keep the server off the broker's cores).
     """
 
     def __init__(
@@ -208,6 +212,7 @@ class SeaweedS3Server(_S3Server):
         startup_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         launch_attempts: int = 3,
+        cpus: set[int] | None = None,
     ) -> None:
         weed = find_weed()
         if weed is None:
@@ -217,6 +222,7 @@ class SeaweedS3Server(_S3Server):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir / "weed.log"
         self.stop_timeout = stop_timeout
+        self.cpus = cpus
         self._proc: subprocess.Popen[bytes] | None = None
         self._ports: dict[str, int] = {}
         # The ports are only reserved until closed, so a launch can lose one to another process:
@@ -287,7 +293,8 @@ class SeaweedS3Server(_S3Server):
         env = {k: v for k, v in os.environ.items() if k not in _WEED_ENV_DROP}
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", _PDEATHSIG_SHIM, str(os.getpid()), *args],
+                [sys.executable, "-c", _PDEATHSIG_SHIM, str(os.getpid()),
+                 ",".join(map(str, sorted(self.cpus or ()))), *args],
                 cwd=self.data_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,

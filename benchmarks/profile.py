@@ -3,7 +3,8 @@
 Starts a broker on the local store (or SeaweedFS, `--backend seaweedfs`), runs the 1 KiB / acks=all /
 4-partition producer from a worker process, and meanwhile samples every busy process of the broker
 (the shards, the metadata actor, the controller, the serve driver) with
-`py-spy record --format raw --threads`. Writes to the output folder:
+`py-spy record --format raw --threads --nonblocking` (pausing the process for every sample, `--blocking`,
+slows a process with many threads several times over). Writes to the output folder:
 
 * `<process>-<pid>.txt`: collapsed stacks (flamegraph.pl / speedscope can open them),
 * `<process>-<pid>.speedscope.json`: the same, for https://www.speedscope.app,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -35,5 +36,21 @@ async def test_slow_large_uploads_keep_the_store_healthy_slow_small_calls_do_not
         for i in range(8):  # 200 ms for a HEAD: the store itself is slow
             await store.head(f"ns/t/0/seg-{i}")
         assert store.state() == HealthState.DEGRADED
+    finally:
+        store.close()
+
+
+async def test_time_waiting_for_a_free_thread_is_not_store_latency(tmp_path: Path) -> None:
+    """Ten small calls queued behind one thread: each takes 60 ms in the store, the last waits 540 ms for the
+    thread. That queue is our own backlog (a burst of acks=1 uploads), so the gate must stay open."""
+    slow = SlowStore(tmp_path)
+    slow.delay = 0.06
+    health = HealthTracker(HealthThresholds(degraded_latency_ms=200, unavailable_latency_ms=1000))
+    store = AsyncObjectStore(slow, max_workers=1, health=health)
+    try:
+        started = time.monotonic()
+        await asyncio.gather(*(store.head(f"ns/t/0/seg-{i}") for i in range(10)))
+        assert time.monotonic() - started >= 0.55  # they did queue
+        assert store.state() == HealthState.HEALTHY
     finally:
         store.close()

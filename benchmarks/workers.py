@@ -165,7 +165,8 @@ def produce(p: dict[str, Any]) -> dict[str, Any]:
     if count:
         duration = mono() - t0
     return {
-        "sent": sent, "delivered": min(sent, state["delivered"]), "errors": state["errors"], "first_error": state["first_error"],
+        "sent": sent, "delivered": min(sent, state["delivered"]), "errors": state["errors"],
+        "first_error": state["first_error"],
         "undelivered": remaining, "window_s": duration,
         "records_per_s": state["window_msgs"] / duration, "mib_per_s": state["window_bytes"] / duration / MiB,
         "client_cpu_fraction": (cpu1 - (cpu0 or cpu1)) / duration, "latency_sample_every": every,

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -51,8 +53,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _sample_load(samples: list[list[float]], stop: threading.Event, t0: float) -> None:
-    import os
-
     while not stop.wait(5.0):
         samples.append([round(time.monotonic() - t0, 1), round(os.getloadavg()[0], 2)])
 
@@ -121,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _wants_own_cpu_pass(args: argparse.Namespace, backends: list[str], names: list[str]) -> bool:
-    import os
-
     return ("seaweedfs" in backends and "produce" in names and not args.s3_cpus and not args.quick
             and not args.no_s3_own_cpu and len(os.sched_getaffinity(0)) > 1)
 
@@ -130,8 +128,6 @@ def _wants_own_cpu_pass(args: argparse.Namespace, backends: list[str], names: li
 def _own_cpu_pass(out: Path, args: argparse.Namespace) -> dict[str, str]:
     """The SeaweedFS produce figures again, with the S3 server on a CPU of its own (as S3 is on other
     machines in a deployment): its own results folder, limits measured beside it as always."""
-    import subprocess
-
     log(f"=== SeaweedFS on a CPU of its own: {out}")
     cmd = [sys.executable, "-m", "benchmarks", "--backend", "seaweedfs", "--s3-cpus", "1", "--scenario", "produce",
            "--duration", str(args.duration), "--out", str(out)]

@@ -142,10 +142,14 @@ def s3_outage_broker(tmp_path: Path) -> Iterator[tuple[InProcessBroker, _Restart
     moto = _RestartableMoto()
     bucket = unique_bucket_name("ready")
     cfg = BrokerConfig(shards=1, s3_health_window_s=2.0)
+    # The bucket is made with default timeouts: moto serves from this process, sharing its GIL with the
+    # broker, and on a busy machine one request can outlast the broker's short read timeout (CI did).
+    moto.server.store(bucket)
 
     def objects() -> S3Store:
+        # Short timeouts and no retries, so the outage shows in the health window without delay.
         return S3Store(bucket, endpoint_url=moto.endpoint_url, region="us-east-1", access_key="k", secret_key="s",
-                       create_bucket=True, max_attempts=1, connect_timeout=0.5, read_timeout=1)
+                       create_bucket=False, max_attempts=1, connect_timeout=0.5, read_timeout=2)
 
     broker = InProcessBroker(cfg, meta=lambda: EmbeddedStore(tmp_path / "meta.sqlite"), objects=objects).start()
     try:
@@ -159,7 +163,7 @@ def test_readyz_follows_s3_outage(s3_outage_broker: tuple[InProcessBroker, _Rest
     broker, moto = s3_outage_broker
     assert broker.core is not None and broker.core.metrics_server is not None
     url = f"http://127.0.0.1:{broker.core.metrics_server.port}/readyz"
-    assert _get(url)[0] == 200
+    wait_until(lambda: _get(url)[0] == 200, timeout=30, what="ready before the outage")
     moto.stop()
     _, body = wait_until(lambda: (r := _get(url))[0] == 503 and r, timeout=30, what="unready during outage")
     assert json.loads(body)["checks"]["object_store"] != "ok"

@@ -6,6 +6,7 @@ mutation is made atomic with the filesystem's own primitives instead of in-proce
 * put: write a temporary file in the target directory, fsync it, rename it over the key.
 * put_if_absent: write and fsync a temporary file, then hard-link it to the key; link() refuses to
   replace an existing name, which makes it a create-if-absent that is atomic across processes.
+* objects of 256 KiB and more are written with O_DIRECT, past the page cache (direct_io.py).
 
 Unlike S3, a key cannot also be a directory: "a/b" and "a/b/c" cannot both exist. Kafscale's key
 layout never needs that; attempting it raises ObjectStoreError.
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from kafscale.storage.direct_io import O_DIRECT, DirectWriter
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
 
 # Temporary files carry this prefix; listings skip them and keys may not use it.
@@ -28,11 +30,14 @@ TEMP_PREFIX = ".kfs-tmp-"
 # A writer's mkdir can race other processes' deletes that remove the emptied parents again.
 _MKDIR_RACE_ATTEMPTS = 20
 
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
 
 class LocalDirStore(ObjectStore):
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
+        self._direct = DirectWriter()  # large objects skip the page cache (direct_io.py)
 
     def __repr__(self) -> str:
         return f"LocalDirStore({str(self.root)!r})"
@@ -64,9 +69,10 @@ class LocalDirStore(ObjectStore):
         """Durably write data to a fresh temporary file next to path and return its name."""
         for attempt in range(_MKDIR_RACE_ATTEMPTS):
             tmp = path.parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
+            direct = self._direct.wants(len(data))
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                fd = os.open(tmp, _CREATE_FLAGS | (O_DIRECT if direct else 0), 0o644)
             except (FileNotFoundError, FileExistsError):
                 # A concurrent delete pruned a parent directory during our mkdir (which then reports
                 # "exists" for a directory that is gone) or between mkdir and open. FileExistsError
@@ -74,15 +80,23 @@ class LocalDirStore(ObjectStore):
                 if attempt == _MKDIR_RACE_ATTEMPTS - 1:
                     raise
                 continue
+            except OSError as exc:
+                if direct and self._direct.refused(exc):
+                    continue  # this filesystem has no O_DIRECT: buffered from now on
+                raise
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                if direct:
+                    self._direct.write(fd, data)
+                else:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
                 os.fsync(fd)
-            except BaseException:
+            except BaseException as exc:
                 os.close(fd)
                 _unlink_quietly(tmp)
+                if direct and isinstance(exc, OSError) and self._direct.refused(exc):
+                    continue
                 raise
             os.close(fd)
             return tmp

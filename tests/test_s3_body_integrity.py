@@ -1,0 +1,128 @@
+"""S3Store sends each PUT body unsigned with its CRC32C in a header, so the server itself refuses a body
+damaged on the way (BadDigest), and the store sends it again. The damage is made by a real TCP proxy in
+front of a real SeaweedFS, which flips one byte of the first PUT body that passes through it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from kafscale.storage.object_store import ObjectNotFoundError, ObjectStoreError
+from kafscale.storage.s3_store import S3Store
+from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
+
+
+class BodyFlippingProxy:
+    """Forwards 127.0.0.1 connections to `target`; flips byte `at` of the first PUT body it sees."""
+
+    def __init__(self, target: tuple[str, int], at: int = 1000) -> None:
+        self.target, self.at = target, at
+        self.flipped = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = [self._listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self._sockets += [client, server]
+            threading.Thread(target=self._upstream, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+
+    def _upstream(self, src: socket.socket, dst: socket.socket) -> None:
+        pending = b""  # bytes of a PUT whose body has not yet reached the byte to flip
+        try:
+            while chunk := src.recv(65536):
+                with self._lock:
+                    armed = self.flipped == 0
+                if armed or pending:
+                    data = pending + chunk
+                    head = data.find(b"\r\n\r\n")
+                    if data.startswith(b"PUT ") and head >= 0 and len(data) > head + 4 + self.at:
+                        with self._lock:
+                            self.flipped += 1
+                        pos = head + 4 + self.at
+                        data = data[:pos] + bytes([data[pos] ^ 0xFF]) + data[pos + 1 :]
+                        pending = b""
+                    elif data.startswith(b"PUT ") and armed:
+                        pending = data
+                        continue
+                    else:
+                        pending = b""
+                    chunk = data
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        for s in self._sockets:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+@pytest.fixture
+def proxied_store(seaweed_server: SeaweedS3Server) -> Iterator[tuple[BodyFlippingProxy, str]]:
+    bucket = unique_bucket_name("flip")
+    seaweed_server.store(bucket).close()
+    host, port = seaweed_server.endpoint_url.removeprefix("http://").rsplit(":", 1)
+    proxy = BodyFlippingProxy((host, int(port)))
+    try:
+        yield proxy, bucket
+    finally:
+        proxy.close()
+        seaweed_server.delete_bucket(bucket)
+
+
+def _store(seaweed: SeaweedS3Server, proxy: BodyFlippingProxy, bucket: str, attempts: int) -> S3Store:
+    return S3Store(bucket, endpoint_url=f"http://127.0.0.1:{proxy.port}", region=seaweed.region,
+                   access_key=seaweed.access_key, secret_key=seaweed.secret_key, max_attempts=attempts)
+
+
+@pytest.mark.parametrize("op", ["put", "put_if_absent"])
+def test_a_body_damaged_on_the_way_is_refused_by_the_server_and_sent_again(
+    seaweed_server: SeaweedS3Server, proxied_store: tuple[BodyFlippingProxy, str], op: str
+) -> None:
+    proxy, bucket = proxied_store
+    store = _store(seaweed_server, proxy, bucket, attempts=3)
+    data = bytes(range(256)) * 64
+    getattr(store, op)("seg/1.kfs", data)
+    assert proxy.flipped == 1
+    assert store.get("seg/1.kfs") == data
+    store.close()
+
+
+def test_a_damaged_body_is_never_stored(
+    seaweed_server: SeaweedS3Server, proxied_store: tuple[BodyFlippingProxy, str]
+) -> None:
+    proxy, bucket = proxied_store
+    store = _store(seaweed_server, proxy, bucket, attempts=1)
+    with pytest.raises(ObjectStoreError, match="BadDigest") as info:
+        store.put_if_absent("seg/1.kfs", b"x" * 4096)
+    assert not isinstance(info.value, ObjectNotFoundError)
+    assert proxy.flipped == 1
+    with pytest.raises(ObjectNotFoundError):
+        store.get("seg/1.kfs")
+    store.close()

@@ -54,3 +54,45 @@ async def test_time_waiting_for_a_free_thread_is_not_store_latency(tmp_path: Pat
         assert store.state() == HealthState.HEALTHY
     finally:
         store.close()
+
+
+def _judge_from_scratch(samples: list[tuple[float, float, bool]], t: HealthThresholds) -> HealthState:
+    """The gate's rule written out plainly over the samples still in the window."""
+    n = len(samples)
+    if n < t.min_samples:
+        return HealthState.DEGRADED if n and not any(ok for _, _, ok in samples) else HealthState.HEALTHY
+    rate = sum(not ok for _, _, ok in samples) / n
+    latency = sum(ms for _, ms, _ in samples) / n
+    if rate >= t.unavailable_error_rate or latency >= t.unavailable_latency_ms:
+        return HealthState.UNAVAILABLE
+    if rate >= t.degraded_error_rate or latency >= t.degraded_latency_ms:
+        return HealthState.DEGRADED
+    return HealthState.HEALTHY
+
+
+def test_running_totals_judge_as_the_whole_window_would(monkeypatch: Any) -> None:
+    """Samples leave by age and by count; after thousands of calls the gate's verdict, error count and
+    latency sum still match a recomputation over exactly the samples in the window."""
+    import random
+
+    now = [1000.0]
+    monkeypatch.setattr("kafscale.storage.health.time.monotonic", lambda: now[0])
+    t = HealthThresholds(degraded_latency_ms=100, unavailable_latency_ms=400, window_s=5.0, max_samples=64)
+    health = HealthTracker(t)
+    rng = random.Random(7)
+    window: list[tuple[float, float, bool]] = []
+    verdicts = set()
+    for step in range(5000):
+        now[0] += rng.choice([0.0, 0.01, 0.1, 1.0, 7.0]) if step % 50 else 0.0
+        phase = (step // 500) % 3  # healthy, slow, failing stretches
+        latency_s = rng.uniform(0.0, 0.09) if phase == 0 else rng.uniform(0.05, 0.6)
+        ok = phase != 2 or rng.random() < 0.5
+        health.record(latency_s, ok)
+        window.append((now[0], latency_s * 1000.0, ok))
+        window = [s for s in window[-t.max_samples :] if s[0] >= now[0] - t.window_s]
+        verdict = health.state()
+        verdicts.add(verdict)
+        assert verdict == _judge_from_scratch(window, t), step
+        assert health._errors == sum(not ok for _, _, ok in window)
+        assert abs(health._latency_sum - sum(ms for _, ms, _ in window)) < 1e-6
+    assert verdicts == set(HealthState)

@@ -30,31 +30,44 @@ class HealthThresholds:
 
 
 class HealthTracker:
-    """Records (time, latency, ok) of each call; only the owning process's event loop touches it."""
+    """Records (time, latency, ok) of each call; only the owning process's event loop touches it.
+
+    state() is asked on every produce and fetch, so it keeps running totals instead of summing the
+    window each time."""
 
     def __init__(self, thresholds: HealthThresholds | None = None) -> None:
         self.thresholds = thresholds or HealthThresholds()
-        self._samples: collections.deque[tuple[float, float, bool]] = collections.deque(
-            maxlen=self.thresholds.max_samples
-        )
+        self._samples: collections.deque[tuple[float, float, bool]] = collections.deque()
+        self._latency_sum = 0.0
+        self._errors = 0
 
     def record(self, latency_s: float, ok: bool) -> None:
-        self._samples.append((time.monotonic(), latency_s * 1000.0, ok))
+        if len(self._samples) >= self.thresholds.max_samples:
+            self._drop_oldest()
+        ms = latency_s * 1000.0
+        self._samples.append((time.monotonic(), ms, ok))
+        self._latency_sum += ms
+        self._errors += not ok
+
+    def _drop_oldest(self) -> None:
+        _, ms, ok = self._samples.popleft()
+        self._errors -= not ok
+        # Reset at empty, so that float rounding cannot accumulate over a long life.
+        self._latency_sum = self._latency_sum - ms if self._samples else 0.0
 
     def state(self) -> HealthState:
         t = self.thresholds
         horizon = time.monotonic() - t.window_s
         while self._samples and self._samples[0][0] < horizon:
-            self._samples.popleft()
+            self._drop_oldest()
         n = len(self._samples)
         if n < t.min_samples:
             # Too little evidence either way, unless everything recent failed.
-            if n and not any(ok for _, _, ok in self._samples):
+            if n and self._errors == n:
                 return HealthState.DEGRADED
             return HealthState.HEALTHY
-        errors = sum(1 for _, _, ok in self._samples if not ok)
-        rate = errors / n
-        latency = sum(ms for _, ms, _ in self._samples) / n
+        rate = self._errors / n
+        latency = self._latency_sum / n
         if rate >= t.unavailable_error_rate or latency >= t.unavailable_latency_ms:
             return HealthState.UNAVAILABLE
         if rate >= t.degraded_error_rate or latency >= t.degraded_latency_ms:

@@ -13,7 +13,15 @@ import pytest
 
 from kafscale.storage.object_store import ObjectNotFoundError, ObjectStoreError
 from kafscale.storage.s3_store import S3Store
-from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
+from kafscale.testing.s3_servers import MotoS3Server, SeaweedS3Server, unique_bucket_name
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
 
 
 class BodyFlippingProxy:
@@ -48,7 +56,9 @@ class BodyFlippingProxy:
                 if armed or pending:
                     data = pending + chunk
                     head = data.find(b"\r\n\r\n")
-                    if data.startswith(b"PUT ") and head >= 0 and len(data) > head + 4 + self.at:
+                    if data.startswith(b"PUT ") and head >= 0 and _content_length(data[:head]) <= self.at:
+                        pending = b""  # too short to damage here (the store's checksum probe)
+                    elif data.startswith(b"PUT ") and head >= 0 and len(data) > head + 4 + self.at:
                         with self._lock:
                             self.flipped += 1
                         pos = head + 4 + self.at
@@ -126,3 +136,22 @@ def test_a_damaged_body_is_never_stored(
     with pytest.raises(ObjectNotFoundError):
         store.get("seg/1.kfs")
     store.close()
+
+
+def test_the_store_learns_whether_the_server_checks_the_crc32c_header(
+    seaweed_server: SeaweedS3Server, moto_server: MotoS3Server
+) -> None:
+    """SeaweedFS refuses a wrong CRC32C header, so bodies go unsigned; moto ignores it, so bodies are signed
+    with SHA-256 (still refused when damaged, by any server that checks signatures). The probe object
+    leaves nothing behind."""
+    for server, checks in ((seaweed_server, True), (moto_server, False)):
+        store = server.store()
+        data = bytes(range(256)) * 8
+        assert store.put_if_absent("seg/1.kfs", data)
+        assert store._checks_crc is checks
+        assert (store._signed_client is None) is checks
+        store.put("seg/2.kfs", data)
+        assert [o.key for o in store.list("")] == ["seg/1.kfs", "seg/2.kfs"]
+        assert store.get("seg/1.kfs") == data and store.get("seg/2.kfs") == data
+        store.close()
+        server.delete_bucket(store.bucket)

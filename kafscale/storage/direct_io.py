@@ -15,6 +15,7 @@ then truncated to its real length (the caller fsyncs after, which makes the leng
 from __future__ import annotations
 
 import errno
+import fcntl
 import mmap
 import os
 import threading
@@ -25,9 +26,14 @@ MIN_BYTES = 256 * 1024  # below this the page-cache copy costs less than the ext
 O_DIRECT: int = getattr(os, "O_DIRECT", 0)  # 0 where the platform has none (macOS)
 
 
+class DirectIORefused(OSError):
+    """The filesystem took the O_DIRECT open but refused the first write; direct writes are now off."""
+
+
 class DirectWriter:
     """Writes a whole file through an aligned per-thread buffer. Switches itself off for good the first
-    time the filesystem refuses O_DIRECT (tmpfs, some FUSE and network filesystems do)."""
+    time the filesystem refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE and network filesystems),
+    which shows as EINVAL on the open or on the first write."""
 
     def __init__(self) -> None:
         self.enabled = O_DIRECT != 0
@@ -37,25 +43,39 @@ class DirectWriter:
         return self.enabled and size >= MIN_BYTES
 
     def refused(self, exc: OSError) -> bool:
-        """True (and direct writes are off from now on) when exc says the filesystem cannot do them."""
+        """For an error of the O_DIRECT open: True (and direct writes are off from now on) when it
+        says the filesystem cannot do them."""
         if exc.errno == errno.EINVAL:
             self.enabled = False
             return True
         return False
 
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
-        """Write data to fd, which was opened with O_DIRECT at offset 0."""
+        """Write data to fd, which was opened with O_DIRECT at offset 0. Raises DirectIORefused when the
+        first write is refused; the caller writes the file again, buffered."""
         buf = self._buffer()
         src = memoryview(data).cast("B")
         size = len(src)
+        direct, first = True, True
         for start in range(0, size, PIECE_BYTES):
             piece = src[start : start + PIECE_BYTES]
             n = len(piece)
             buf[:n] = piece
-            padded = -(-n // ALIGN) * ALIGN
-            out = buf[:padded]
-            while out:  # a short write leaves the rest aligned: it ends at a block boundary
-                out = out[os.write(fd, out) :]
+            out = buf[: -(-n // ALIGN) * ALIGN] if direct else buf[:n]
+            while out:
+                try:
+                    written = os.write(fd, out)
+                except OSError as exc:
+                    if first and self.refused(exc):
+                        raise DirectIORefused(exc.errno, f"O_DIRECT write refused: {exc.strerror}") from exc
+                    raise
+                first = False
+                out = out[written:]
+                if out and direct and written % ALIGN:
+                    # A short write that ends off a block boundary (the kernel does not promise
+                    # otherwise): finish this file buffered, unaligned writes being fine there.
+                    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~O_DIRECT)
+                    direct = False
         if size % ALIGN:
             os.ftruncate(fd, size)
 

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from kafscale.storage.direct_io import O_DIRECT, DirectWriter
+from kafscale.storage.direct_io import O_DIRECT, DirectIORefused, DirectWriter
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
 
 # Temporary files carry this prefix; listings skip them and keys may not use it.
@@ -67,7 +67,8 @@ class LocalDirStore(ObjectStore):
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
         """Durably write data to a fresh temporary file next to path and return its name."""
-        for attempt in range(_MKDIR_RACE_ATTEMPTS):
+        races = 0
+        while True:
             tmp = path.parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
             direct = self._direct.wants(len(data))
             try:
@@ -77,7 +78,8 @@ class LocalDirStore(ObjectStore):
                 # A concurrent delete pruned a parent directory during our mkdir (which then reports
                 # "exists" for a directory that is gone) or between mkdir and open. FileExistsError
                 # also means a file is in the way; that persists and is raised after the retries.
-                if attempt == _MKDIR_RACE_ATTEMPTS - 1:
+                races += 1
+                if races == _MKDIR_RACE_ATTEMPTS:
                     raise
                 continue
             except OSError as exc:
@@ -95,12 +97,11 @@ class LocalDirStore(ObjectStore):
             except BaseException as exc:
                 os.close(fd)
                 _unlink_quietly(tmp)
-                if direct and isinstance(exc, OSError) and self._direct.refused(exc):
-                    continue
+                if isinstance(exc, DirectIORefused):
+                    continue  # refused at its first write: buffered from now on
                 raise
             os.close(fd)
             return tmp
-        raise AssertionError("unreachable")
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)

@@ -14,9 +14,12 @@ applied) can meet its own object and get 412, which only this layer can recognis
 from __future__ import annotations
 
 import base64
+import contextlib
+import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -35,6 +38,8 @@ from crc32c import crc32c
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 _session_lock = threading.Lock()
 _session: boto3.session.Session | None = None
@@ -61,6 +66,7 @@ _RETRYABLE_CODES = frozenset(
 )
 _TRANSPORT_ERRORS = (ConnectionError, HTTPClientError, IncompleteReadError, FlexibleChecksumError)
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_PROBE_PREFIX = "_kafscale-probe/crc32c-"  # the one PUT that tests whether the server checks CRC32C
 _DELETE_BATCH = 1000  # DeleteObjects accepts at most 1,000 keys per request
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
@@ -151,6 +157,7 @@ class S3Store(ObjectStore):
             # The body is not hashed into the signature (SHA-256 of every byte: half of botocore's CPU
             # for a 4 MiB PUT here). Each PUT carries its CRC32C in a header instead, which S3 (and
             # SeaweedFS) check against the bytes received, refusing a damaged body with BadDigest.
+            # A server that ignores the header gets signed bodies (see _put_client).
             s3={"addressing_style": "path" if path_style else "virtual", "payload_signing_enabled": False},
             # No checksums of botocore's own but where S3 demands them (DeleteObjects): several
             # S3-compatible servers reject its default CRC trailers; the header above is ours.
@@ -160,6 +167,11 @@ class S3Store(ObjectStore):
         self._client = s3_client(
             endpoint_url=endpoint_url, region=region, access_key=access_key, secret_key=secret_key, config=config
         )
+        self._signed_config = config.merge(Config(s3={**config.s3, "payload_signing_enabled": True}))
+        self._credentials = (access_key, secret_key)
+        self._checks_crc: bool | None = None  # does the server check x-amz-checksum-crc32c? (probed once)
+        self._signed_client: Any = None
+        self._probe_lock = threading.Lock()
         if create_bucket:
             self._create_bucket()
 
@@ -226,17 +238,54 @@ class S3Store(ObjectStore):
 
     # -- writes -----------------------------------------------------------------------------------
 
+    def _put_client(self) -> Any:
+        """The client for PUTs: unsigned bodies if the server checks their CRC32C header, else bodies
+        signed with SHA-256, so that a body damaged on the way is refused either way (a body stored
+        damaged would be found only on read, after the records were acknowledged)."""
+        if self._checks_crc is None:
+            with self._probe_lock:
+                if self._checks_crc is None:
+                    self._checks_crc = self._probe_crc_check()
+        if self._checks_crc:
+            return self._client
+        if self._signed_client is None:
+            self._signed_client = s3_client(endpoint_url=self.endpoint_url, region=self.region,
+                                            access_key=self._credentials[0], secret_key=self._credentials[1],
+                                            config=self._signed_config)
+        return self._signed_client
+
+    def _probe_crc_check(self) -> bool | None:
+        """PUT a probe whose CRC32C header is wrong: refused means the server checks it. None when the
+        probe itself failed (asked again on the next PUT, which is signed meanwhile)."""
+        key = f"{_PROBE_PREFIX}{uuid.uuid4().hex}"
+        wrong = _crc32c_header(b"not the body")
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=b"kafscale checksum probe",
+                                    ChecksumCRC32C=wrong)
+        except ClientError as exc:
+            code = _error_code(exc)
+            if "Digest" in code or "Checksum" in code:
+                return True
+            return None
+        except BotoCoreError:
+            return None
+        log.warning("%s ignores x-amz-checksum-crc32c: PUT bodies are signed with SHA-256 instead",
+                    self._where(None))
+        with contextlib.suppress(ClientError, BotoCoreError):
+            self._client.delete_object(Bucket=self.bucket, Key=key)
+        return False
+
     def put(self, key: str, data: bytes) -> None:
         checksum = _crc32c_header(data)
-        self._call("put", key, lambda: self._client.put_object(Bucket=self.bucket, Key=key, Body=data,
-                                                               ChecksumCRC32C=checksum))
+        self._call("put", key, lambda: self._put_client().put_object(Bucket=self.bucket, Key=key, Body=data,
+                                                                     ChecksumCRC32C=checksum))
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         checksum = _crc32c_header(data)
 
         def attempt() -> bool:
-            self._client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*",
-                                    ChecksumCRC32C=checksum)
+            self._put_client().put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*",
+                                          ChecksumCRC32C=checksum)
             return True
 
         def on_error(exc: ClientError, ambiguous: bool) -> Any:
@@ -350,3 +399,5 @@ class S3Store(ObjectStore):
 
     def close(self) -> None:
         self._client.close()
+        if self._signed_client is not None:
+            self._signed_client.close()

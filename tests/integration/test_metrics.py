@@ -144,7 +144,7 @@ def s3_outage_broker(tmp_path: Path) -> Iterator[tuple[InProcessBroker, _Restart
     cfg = BrokerConfig(shards=1, s3_health_window_s=2.0)
     # The bucket is made with default timeouts: moto serves from this process, sharing its GIL with the
     # broker, and on a busy machine one request can outlast the broker's short read timeout (CI did).
-    moto.server.store(bucket)
+    moto.server.store(bucket).close()
 
     def objects() -> S3Store:
         # Short timeouts and no retries, so the outage shows in the health window without delay.

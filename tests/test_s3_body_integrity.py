@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -44,43 +44,38 @@ class BodyFlippingProxy:
                 return
             server = socket.create_connection(self.target)
             self._sockets += [client, server]
-            threading.Thread(target=self._upstream, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(client, server, self._damage_first_put()), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, lambda chunk: chunk), daemon=True).start()
 
-    def _upstream(self, src: socket.socket, dst: socket.socket) -> None:
-        pending = b""  # bytes of a PUT whose body has not yet reached the byte to flip
+    def _damage_first_put(self) -> Callable[[bytes], bytes]:
+        """The edit of one client-to-server stream: a PUT is held back until byte `at` of its body has
+        arrived, which is then flipped (once per proxy); everything else passes as it is."""
+        held = b""  # bytes of a PUT whose body has not yet reached the byte to flip
+
+        def edit(chunk: bytes) -> bytes:
+            nonlocal held
+            with self._lock:
+                armed = self.flipped == 0
+            data, held = held + chunk, b""
+            if not armed or not data.startswith(b"PUT "):
+                return data
+            head = data.find(b"\r\n\r\n")
+            pos = head + 4 + self.at
+            if head >= 0 and _content_length(data[:head]) <= self.at:
+                return data  # too short to damage here (the store's checksum probe)
+            if head < 0 or len(data) <= pos:
+                held = data
+                return b""
+            with self._lock:
+                self.flipped += 1
+            return data[:pos] + bytes([data[pos] ^ 0xFF]) + data[pos + 1 :]
+
+        return edit
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, edit: Callable[[bytes], bytes]) -> None:
         try:
             while chunk := src.recv(65536):
-                with self._lock:
-                    armed = self.flipped == 0
-                if armed or pending:
-                    data = pending + chunk
-                    head = data.find(b"\r\n\r\n")
-                    if data.startswith(b"PUT ") and head >= 0 and _content_length(data[:head]) <= self.at:
-                        pending = b""  # too short to damage here (the store's checksum probe)
-                    elif data.startswith(b"PUT ") and head >= 0 and len(data) > head + 4 + self.at:
-                        with self._lock:
-                            self.flipped += 1
-                        pos = head + 4 + self.at
-                        data = data[:pos] + bytes([data[pos] ^ 0xFF]) + data[pos + 1 :]
-                        pending = b""
-                    elif data.startswith(b"PUT ") and armed:
-                        pending = data
-                        continue
-                    else:
-                        pending = b""
-                    chunk = data
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while chunk := src.recv(65536):
-                dst.sendall(chunk)
+                dst.sendall(edit(chunk))
         except OSError:
             pass
         finally:

@@ -1,5 +1,12 @@
 """Session-wide fixtures: real servers started once per test session on free loopback ports."""
 
+import os
+
+# gRPC (etcd's client, Ray) installs fork handlers in this process. PySpark starts its JVM with a
+# preexec_fn, i.e. a real fork() that runs them; with gRPC threads busy the child aborted before exec
+# ("skipping fork() handlers", SIGABRT) and every Spark test errored. No child of this process uses gRPC.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.etcd",

@@ -215,7 +215,7 @@ class Broker:
         """Shard id -> worker pid, from the serve log ("shard N listening on H:P (Ray actor …, pid P)")."""
         text = self.serve.log_text()
         pids: dict[int, int] = {}
-        for m in re.finditer(r"shard (\d+) listening on \S+ \(Ray actor \S+, pid (\d+)\)", text):
+        for m in re.finditer(r"shard (\d+) listening on \S+ \(Ray actor \S+, pid (\d+)[,)]", text):
             pids[int(m.group(1))] = int(m.group(2))
         return pids
 

@@ -54,10 +54,12 @@ def serve(config: BrokerConfig) -> int:
         controller = Controller.options(name=CONTROLLER_NAME, namespace=RAY_NAMESPACE).remote(
             dataclasses.asdict(config), RAY_NAMESPACE)
         addresses = ray.get(controller.start.remote())
-        pids = {s["shard"]: s["pid"] for s in ray.get(controller.status.remote())}
+        status = {s["shard"]: s for s in ray.get(controller.status.remote())}
         for shard_id, host, port in addresses:
-            log.info("shard %d listening on %s:%d (Ray actor %s, pid %d)", shard_id, host, port,
-                     shard_actor_name(shard_id), pids[shard_id])
+            info = status[shard_id]
+            log.info("shard %d listening on %s:%d (Ray actor %s, pid %d, %s event loop, GC skips %d startup objects)",
+                     shard_id, host, port, shard_actor_name(shard_id), info["pid"], info["event_loop"],
+                     info["frozen_objects"])
         stores = ("etcd " + config.etcd_endpoints) if config.etcd_endpoints else f"embedded in {config.data_dir}"
         objects = f"s3://{config.s3_bucket}/{config.s3_namespace}" if config.s3_bucket else f"{config.data_dir}/objects"
         log.info("ready: %d shards, metadata %s, objects %s", len(addresses), stores, objects)

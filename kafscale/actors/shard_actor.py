@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from typing import Any
 
 import ray
 
+from kafscale.actors.heap import freeze_startup_heap
 from kafscale.actors.shard import ShardAddress, ShardCore
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
@@ -73,6 +75,7 @@ class ShardActor:
 
         mirror = RayMirror(core.metrics.registry, self.shard_id)
         self._ray_metrics = asyncio.get_running_loop().create_task(mirror.run())
+        freeze_startup_heap()
         return address
 
     async def start(self) -> tuple[int, str, int]:
@@ -104,8 +107,11 @@ class ShardActor:
 
     async def status(self) -> dict[str, Any]:
         core = await self._core()
+        # Ray runs actor loops on uvloop when it is installed; "asyncio" here means a slower broker.
+        event_loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
         return {"shard": self.shard_id, "pid": os.getpid(), "port": core.listener.port, "owners": len(core.owners),
-                "connections": core.listener.connections, "s3": core.objects.state().name.lower()}
+                "connections": core.listener.connections, "s3": core.objects.state().name.lower(),
+                "event_loop": event_loop, "frozen_objects": gc.get_freeze_count()}
 
     async def stop(self) -> None:
         if self.core is not None:

@@ -8,6 +8,7 @@ at an exact moment cannot be produced otherwise deterministically.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -847,34 +848,68 @@ async def test_commit_applied_but_reply_lost_makes_no_duplicate_and_no_gap(env: 
     assert await read_all(await env.owner()) == expected
 
 
-async def test_requests_arriving_while_owner_opens_keep_arrival_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A produce that arrives just after the owner finished opening must not overtake earlier ones."""
-    import asyncio
+def _one_record_batch(value: bytes) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    b.append(0, timestamp=1, key=None, value=value, headers=[])
+    return bytes(b.build())
 
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+@contextlib.asynccontextmanager
+async def _shard_core(tmp_path: Path) -> AsyncIterator[Any]:
+    """A started ShardCore on the embedded stores with a one-partition topic "fresh"."""
     from kafscale.actors.shard import ShardCore
     from kafscale.config import BrokerConfig
     from kafscale.storage.embedded_store import EmbeddedStore
     from kafscale.storage.local_store import LocalDirStore
-
-    def batch(value: bytes) -> bytes:
-        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                      producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-        b.append(0, timestamp=1, key=None, value=value, headers=[])
-        return bytes(b.build())
 
     core = ShardCore(0, BrokerConfig(listen="127.0.0.1:0"), meta=EmbeddedStore(tmp_path / "m.db"),
                      objects=LocalDirStore(tmp_path / "o"))
     await core.start()
     try:
         await core.topics.create("fresh", 1, 1)
-        first = asyncio.ensure_future(core.produce("fresh", 0, batch(b"A"), 1, 1000))
-        while ("fresh", 0) not in core.owners:
-            await asyncio.sleep(0)
-        second = asyncio.ensure_future(core.produce("fresh", 0, batch(b"B"), 1, 1000))
-        a, b = await asyncio.gather(first, second)
-        assert (a["base_offset"], b["base_offset"]) == (0, 1)
+        yield core
     finally:
         await core.stop()
         await core.meta.close()
+
+
+async def test_requests_arriving_while_owner_opens_keep_arrival_order(tmp_path: Path) -> None:
+    """A produce that arrives just after the owner finished opening must not overtake earlier ones."""
+    async with _shard_core(tmp_path) as core:
+        first = asyncio.ensure_future(core.produce("fresh", 0, _one_record_batch(b"A"), 1, 1000))
+        while ("fresh", 0) not in core.owners:
+            await asyncio.sleep(0)
+        second = asyncio.ensure_future(core.produce("fresh", 0, _one_record_batch(b"B"), 1, 1000))
+        a, b = await asyncio.gather(first, second)
+        assert (a["base_offset"], b["base_offset"]) == (0, 1)
+
+
+async def test_a_request_on_the_fast_path_does_not_overtake_a_queued_one(tmp_path: Path) -> None:
+    """produce_many queues a partition it cannot append to at once before it yields, so a later
+    request that finds the partition ready still lines up behind it."""
+    async with _shard_core(tmp_path) as core:
+        await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"warm")))], -1, 5000)
+        info = core.topics.topics.pop("fresh")  # as if the topic's watch event had not arrived yet
+        first = asyncio.ensure_future(core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"A")))], 1, 5000))
+        await asyncio.sleep(0)  # first's synchronous part ran; its queued append has not started
+        core.topics.topics["fresh"] = info  # the event arrives: the partition is ready for the fast path
+        second = await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"B")))], 1, 5000)
+        assert [r["base_offset"] for r in await first + second] == [1, 2]
+
+
+async def test_produce_many_answers_every_partition_in_request_order(tmp_path: Path) -> None:
+    """Fast-path, queued and failing partitions of one acks=all request, each answered in its place
+    once durable."""
+    async with _shard_core(tmp_path) as core:
+        await core.topics.create("two", 2, 1)
+        await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"warm")))], -1, 5000)
+        items = [("two", 1, bytearray(_one_record_batch(b"q"))),  # owner not open yet: queued
+                 ("fresh", 0, bytearray(_one_record_batch(b"f"))),  # open: fast path
+                 ("nope", 0, bytearray(_one_record_batch(b"x"))),
+                 ("fresh", 0, bytearray(b"garbage"))]
+        results = await core.produce_many(items, -1, 5000)
+        assert [(r["error"], r.get("base_offset")) for r in results] == [
+            (0, 0), (0, 1), (int(ErrorCode.unknown_topic_or_partition), None), (int(ErrorCode.corrupt_message), -1)]
+        owner = core.owners[("fresh", 0)]
+        assert owner.high_watermark == 2, "acks=all answered before the fast-path records were committed"

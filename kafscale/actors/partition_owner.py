@@ -198,14 +198,29 @@ class PartitionOwner:
     def pending_bytes(self) -> int:
         return self._open.nbytes + sum(p.nbytes for p in self._sealed)
 
-    async def append(self, records: bytes, *, acks: int, deadline: float | None = None) -> AppendOutcome:
+    async def append(self, records: bytes | bytearray, *, acks: int, deadline: float | None = None) -> AppendOutcome:
         """Assign offsets to the batches in `records` and buffer them for the next flush.
         deadline (event loop time): give up waiting for buffer space then, with REQUEST_TIMED_OUT."""
+        while (outcome := self.try_append(records, acks=acks)) is None:
+            # Back-pressure: hold the producer while too much is waiting for the object store.
+            self._space.clear()
+            remaining = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if remaining is not None and remaining <= 0:
+                return AppendOutcome(ErrorCode.request_timed_out, message="buffer full: the object store is behind")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._space.wait(), timeout=remaining)
+        return outcome
+
+    def try_append(self, records: bytes | bytearray, *, acks: int) -> AppendOutcome | None:
+        """append() without waiting: None, with nothing changed, while the buffer is full.
+        A bytearray is taken over and patched in place (the caller must not reuse it)."""
         if self.fenced or self.closed:
             return AppendOutcome(ErrorCode.not_leader_or_follower)
         if self.objects.state() != HealthState.HEALTHY:
             return AppendOutcome(ErrorCode.kafka_storage_error, message="object store is not healthy")
-        buf = bytearray(records)
+        if self.pending_bytes() > self.settings.max_pending_bytes:
+            return None
+        buf = records if isinstance(records, bytearray) else bytearray(records)
         try:
             batches = split_batches(buf, verify_crc=True)
         except InvalidBatchError as e:
@@ -219,16 +234,6 @@ class PartitionOwner:
         codec = configs.get("compression.type", "producer")
         if codec != "producer":
             buf, batches = recompress_batches(buf, batches, codec)
-        # Back-pressure: hold the producer while too much is waiting for the object store.
-        while self.pending_bytes() > self.settings.max_pending_bytes and not (self.fenced or self.closed):
-            self._space.clear()
-            remaining = None if deadline is None else deadline - asyncio.get_running_loop().time()
-            if remaining is not None and remaining <= 0:
-                return AppendOutcome(ErrorCode.request_timed_out, message="buffer full: the object store is behind")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._space.wait(), timeout=remaining)
-        if self.fenced or self.closed:
-            return AppendOutcome(ErrorCode.not_leader_or_follower)
 
         duplicate = self._find_duplicate(batches)
         if duplicate is not None:

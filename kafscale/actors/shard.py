@@ -21,7 +21,13 @@ from kafscale.acceptor.listener import Listener
 from kafscale.acceptor.router import Router
 from kafscale.actors import group_registry, retention
 from kafscale.actors.commit_batcher import CommitBatcher
-from kafscale.actors.partition_owner import FencedError, OwnerSettings, PartitionError, PartitionOwner
+from kafscale.actors.partition_owner import (
+    AppendOutcome,
+    FencedError,
+    OwnerSettings,
+    PartitionError,
+    PartitionOwner,
+)
 from kafscale.cluster import keys
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
 from kafscale.config import BrokerConfig
@@ -80,6 +86,7 @@ class ShardCore:
         self.owners: dict[tuple[str, int], PartitionOwner] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[PartitionOwner]] = {}
         self._append_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._queued: dict[tuple[str, int], int] = {}  # produce() calls not yet past their append
         self.cluster_id = ""
         self.router = Router()
         self.router.observe = self.metrics.observe_request
@@ -226,29 +233,95 @@ class ShardCore:
     # ---------------------------------------------------------------- partition operations
     # Each returns plain values so the same call works locally and forwarded through Ray.
 
-    async def produce(self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> dict[str, Any]:
+    async def produce_many(self, items: list[tuple[str, int, bytes | bytearray]], acks: int,
+                           timeout_ms: int) -> list[dict[str, Any]]:
+        """One Produce request's partitions, answered in order. Each takes the fast path (try_produce)
+        where it can and queues behind the partition's lock otherwise; acks=all then waits for all of
+        them at once."""
+        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 1) / 1000
+        results: list[dict[str, Any]] = [{} for _ in items]
+        durable: dict[asyncio.Future[None], dict[str, Any]] = {}
+        queued: list[int] = []
+        try:
+            for i, (topic, partition, records) in enumerate(items):
+                hit = self.try_produce(topic, partition, records, acks)
+                if hit is None:
+                    # Queued now, not when the coroutine first runs, so that no later request
+                    # for this partition can take the fast path past this one meanwhile.
+                    self._enter_queue((topic, partition))
+                    queued.append(i)
+                    continue
+                results[i], fut = hit
+                if fut is not None and acks == -1 and results[i]["error"] == 0:
+                    durable[fut] = results[i]
+        except BaseException:
+            for i in queued:
+                self._leave_queue(items[i][:2])
+            raise
+        if queued:
+            waits = [self._produce_queued(*items[i], acks, timeout_ms) for i in queued]
+            answers = await asyncio.gather(*waits, _wait_durable(durable, deadline))
+            for i, answer in zip(queued, answers, strict=False):
+                results[i] = answer
+        elif durable:
+            await _wait_durable(durable, deadline)
+        return results
+
+    def try_produce(self, topic: str, partition: int, records: bytes | bytearray,
+                    acks: int) -> tuple[dict[str, Any], asyncio.Future[None] | None] | None:
+        """The produce path without a wait, for a partition that is local and open, has buffer room
+        and has no earlier request still queued in produce(). None: nothing done, use produce()."""
+        key = (topic, partition)
+        if key in self._queued:
+            return None
+        info = self.topics.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions or not self.is_local(info, partition):
+            return None
+        owner = self.owners.get(key)
+        if owner is None or owner.fenced:
+            return None
+        outcome = owner.try_append(records, acks=acks)
+        if outcome is None:
+            return None
+        return _append_result(outcome), outcome.durable
+
+    async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                      timeout_ms: int) -> dict[str, Any]:
+        """One partition's records through the queue (also the call other shards forward)."""
+        self._enter_queue((topic, partition))
+        return await self._produce_queued(topic, partition, records, acks, timeout_ms)
+
+    def _enter_queue(self, key: tuple[str, int]) -> None:
+        self._queued[key] = self._queued.get(key, 0) + 1
+
+    def _leave_queue(self, key: tuple[str, int]) -> None:
+        if self._queued[key] == 1:
+            del self._queued[key]
+        else:
+            self._queued[key] -= 1
+
+    async def _produce_queued(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                              timeout_ms: int) -> dict[str, Any]:
         # Offsets must follow arrival order. asyncio.Lock is FIFO, so holding it from arrival until
         # the owner has assigned offsets keeps a request that came later (e.g. while the owner was
-        # still opening) from overtaking an earlier one.
-        lock = self._append_locks.get((topic, partition))
+        # still opening) from overtaking an earlier one; _queued keeps try_produce from doing so.
+        key = (topic, partition)
+        lock = self._append_locks.get(key)
         if lock is None:
-            lock = self._append_locks[(topic, partition)] = asyncio.Lock()
+            lock = self._append_locks[key] = asyncio.Lock()
         # The request timeout bounds the whole request: queueing, opening the owner, back-pressure
         # and the wait for durability, so that a sick store gets a retriable answer in time.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout_ms, 1) / 1000
-        async with lock:
-            result, durable = await self._append(topic, partition, records, acks, deadline)
+        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 1) / 1000
+        try:
+            async with lock:
+                result, durable = await self._append(topic, partition, records, acks, deadline)
+        finally:
+            self._leave_queue(key)
         if durable is not None and acks == -1 and result["error"] == 0:
-            try:
-                await asyncio.wait_for(asyncio.shield(durable), timeout=max(deadline - loop.time(), 0.001))
-            except TimeoutError:
-                result["error"] = int(ErrorCode.request_timed_out)
-            except PartitionError as e:
-                result["error"] = int(e.code)
+            await _wait_durable({durable: result}, deadline)
         return result
 
-    async def _append(self, topic: str, partition: int, records: bytes, acks: int,
+    async def _append(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
                       deadline: float) -> tuple[dict[str, Any], asyncio.Future[None] | None]:
         info = await self.topics.get(topic)
         if info is None or not 0 <= partition < info.partitions:
@@ -267,10 +340,7 @@ class ShardCore:
             log.warning("cannot open %s-%d: %s", topic, partition, e)
             return {"error": int(ErrorCode.not_leader_or_follower)}, None
         outcome = await owner.append(records, acks=acks, deadline=deadline)
-        result = {"error": int(outcome.error), "base_offset": outcome.base_offset,
-                  "log_append_time": outcome.log_append_time, "log_start_offset": outcome.log_start_offset,
-                  "message": outcome.message}
-        return result, outcome.durable
+        return _append_result(outcome), outcome.durable
 
     @staticmethod
     def _ms_left(deadline: float) -> int:
@@ -396,3 +466,23 @@ class ShardCore:
     async def _forward(self, shard: int, method: str, args: tuple[Any, ...]) -> Any:
         assert self.forward is not None
         return await self.forward(shard, method, args)
+
+
+def _append_result(outcome: AppendOutcome) -> dict[str, Any]:
+    return {"error": int(outcome.error), "base_offset": outcome.base_offset,
+            "log_append_time": outcome.log_append_time, "log_start_offset": outcome.log_start_offset,
+            "message": outcome.message}
+
+
+async def _wait_durable(waiting: dict[asyncio.Future[None], dict[str, Any]], deadline: float) -> None:
+    """Wait until the records behind each future are committed or the deadline passes, and write the
+    outcome into its result. One wait for all of a request's partitions; the futures are not cancelled."""
+    if not waiting:
+        return
+    remaining = deadline - asyncio.get_running_loop().time()
+    await asyncio.wait(waiting, timeout=max(remaining, 0.001))
+    for fut, result in waiting.items():
+        if not fut.done():
+            result["error"] = int(ErrorCode.request_timed_out)
+        elif (exc := fut.exception()) is not None:
+            result["error"] = int(exc.code) if isinstance(exc, PartitionError) else int(ErrorCode.unknown_server_error)

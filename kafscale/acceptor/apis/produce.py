@@ -10,7 +10,6 @@ every partition in them is answered UNSUPPORTED_VERSION.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -44,7 +43,8 @@ def register(router: Router, shard: ShardCore) -> None:
                     errors[key] = {"error": int(ErrorCode.invalid_record), "message": "no records"}
                 else:
                     jobs.append((topic.name, int(part.index), part.records))
-        results = await asyncio.gather(*(shard.produce(t, p, bytes(r), acks, timeout_ms) for t, p, r in jobs))
+        # One copy of each partition's records, which the owner then takes over and patches in place.
+        results = await shard.produce_many([(t, p, bytearray(r)) for t, p, r in jobs], acks, timeout_ms)
         answers = dict(errors)
         for (t, p, _), result in zip(jobs, results, strict=True):
             answers[(t, p)] = result

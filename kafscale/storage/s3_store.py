@@ -36,6 +36,7 @@ from botocore.exceptions import (
 from crc32c import crc32c
 
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
+from kafscale.storage.s3_put import Credentials, LeanPutter
 
 T = TypeVar("T")
 
@@ -71,6 +72,11 @@ _DELETE_BATCH = 1000  # DeleteObjects accepts at most 1,000 keys per request
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
 _UNHANDLED: Any = object()  # returned by an on_error hook that leaves the error to _call
+# A lean PUT refused with one of these is a request the server does not take from LeanPutter (its
+# signing, or a header it does not support): PUTs then go through botocore for good.
+_LEAN_REFUSALS = frozenset({"SignatureDoesNotMatch", "AuthorizationHeaderMalformed", "InvalidRequest",
+                            "InvalidArgument", "NotImplemented", "AccessDenied", "MissingContentLength",
+                            "XAmzContentSHA256Mismatch", "400", "403", "501"})
 
 
 def s3_client(
@@ -172,6 +178,7 @@ class S3Store(ObjectStore):
         self._checks_crc: bool | None = None  # does the server check x-amz-checksum-crc32c? (probed once)
         self._signed_client: Any = None
         self._probe_lock = threading.Lock()
+        self._lean = self._lean_putter(access_key, secret_key, path_style, connect_timeout, read_timeout)
         if create_bucket:
             self._create_bucket()
 
@@ -275,17 +282,54 @@ class S3Store(ObjectStore):
             self._client.delete_object(Bucket=self.bucket, Key=key)
         return False
 
+    def _lean_putter(self, access_key: str | None, secret_key: str | None, path_style: bool,
+                     connect_timeout: float, read_timeout: float) -> LeanPutter | None:
+        """The botocore-free PUT path, for an S3-compatible endpoint with path-style URLs (AWS itself,
+        without an endpoint URL, stays on botocore)."""
+        if not self.endpoint_url or not path_style:
+            return None
+        if access_key and secret_key:
+            fixed = Credentials(access_key, secret_key)
+
+            def credentials() -> Credentials:
+                return fixed
+        else:
+            assert _session is not None  # made by s3_client()
+            chain = _session.get_credentials()
+            if chain is None:
+                return None
+
+            def credentials() -> Credentials:
+                frozen = chain.get_frozen_credentials()  # refreshed by botocore when they expire
+                return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
+        return LeanPutter(self.endpoint_url, self.bucket, self.region, credentials,
+                          connect_timeout=connect_timeout, read_timeout=read_timeout)
+
+    def _put_object(self, key: str, data: bytes, checksum: str, *, if_none_match: bool) -> None:
+        client = self._put_client()
+        lean = self._lean
+        if client is self._client and lean is not None:  # the server checks the CRC32C header
+            try:
+                lean.put(key, data, checksum, if_none_match=if_none_match)
+                return
+            except ClientError as exc:
+                if _error_code(exc) not in _LEAN_REFUSALS:
+                    raise
+                self._lean = None
+                log.warning("%s refused a lean PUT (%s): PUTs go through botocore from now on",
+                            self._where(key), _describe(exc))
+        extra = {"IfNoneMatch": "*"} if if_none_match else {}
+        client.put_object(Bucket=self.bucket, Key=key, Body=data, ChecksumCRC32C=checksum, **extra)
+
     def put(self, key: str, data: bytes) -> None:
         checksum = _crc32c_header(data)
-        self._call("put", key, lambda: self._put_client().put_object(Bucket=self.bucket, Key=key, Body=data,
-                                                                     ChecksumCRC32C=checksum))
+        self._call("put", key, lambda: self._put_object(key, data, checksum, if_none_match=False))
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         checksum = _crc32c_header(data)
 
         def attempt() -> bool:
-            self._put_client().put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*",
-                                          ChecksumCRC32C=checksum)
+            self._put_object(key, data, checksum, if_none_match=True)
             return True
 
         def on_error(exc: ClientError, ambiguous: bool) -> Any:

@@ -16,6 +16,7 @@ import datetime
 import hashlib
 import hmac
 import http.client
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -60,7 +61,9 @@ class LeanPutter:
         headers["content-length"] = str(len(body))
         try:
             conn = self._connection()
-            conn.request("PUT", path, body=body, headers=headers)
+            # A memoryview keeps http.client from joining headers and body into a new bytes object
+            # (a copy of every segment); TCP_NODELAY (set on connect) keeps Nagle from holding the body.
+            conn.request("PUT", path, body=memoryview(body), headers=headers)
             response = conn.getresponse()
             payload = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -111,6 +114,7 @@ class LeanPutter:
             conn.connect()
             if conn.sock is not None:
                 conn.sock.settimeout(self._read_timeout)
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._local.conn = conn
         return conn
 

@@ -88,3 +88,28 @@ def test_the_lean_putter_reports_s3_errors_as_botocore_client_errors(seaweed_ser
         putter.put("k", b"v", "AAAAAA==")
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] >= 400
     assert info.value.response["Error"]["Code"] not in ("", "200")
+
+
+def test_the_lean_signature_is_the_one_botocore_computes() -> None:
+    """Neither test server checks signatures, so the request's Authorization header is compared with
+    botocore's own SigV4 signer for the same request, credentials (with a session token) and time."""
+    import datetime
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.config import Config
+    from botocore.credentials import Credentials as BotoCredentials
+
+    putter = LeanPutter("http://127.0.0.1:9000", "bkt", "eu-west-1", lambda: Credentials("AKID", "SECRET", "TOKEN"),
+                        connect_timeout=1, read_timeout=1)
+    path = "/bkt/ns/topic-1/0/00000000000000000042%20x%2B.kfs"
+    base = {"host": "127.0.0.1:9000", "x-amz-checksum-crc32c": "yZRlqg==", "x-amz-content-sha256": "UNSIGNED-PAYLOAD",
+            "if-none-match": "*"}
+    request = AWSRequest(method="PUT", url="http://127.0.0.1:9000" + path, headers=dict(base), data=b"body")
+    request.context["client_config"] = Config(s3={"payload_signing_enabled": False})  # as S3Store's client
+    S3SigV4Auth(BotoCredentials("AKID", "SECRET", "TOKEN"), "s3", "eu-west-1").add_auth(request)
+    when = datetime.datetime.strptime(request.headers["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.UTC)
+    ours = dict(base)
+    putter._sign(path, ours, when)
+    assert ours["x-amz-security-token"] == "TOKEN"
+    assert ours["authorization"] == request.headers["Authorization"]

@@ -78,9 +78,9 @@ class LeanPutter:
 
     # -- signing (https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html) ----------
 
-    def _sign(self, path: str, headers: dict[str, str]) -> None:
+    def _sign(self, path: str, headers: dict[str, str], now: datetime.datetime | None = None) -> None:
         creds = self._credentials()
-        now = datetime.datetime.now(datetime.UTC)
+        now = now or datetime.datetime.now(datetime.UTC)
         stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         headers["x-amz-date"] = stamp
         if creds.token:

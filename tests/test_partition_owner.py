@@ -856,8 +856,8 @@ def _one_record_batch(value: bytes) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def _shard_core(tmp_path: Path) -> AsyncIterator[Any]:
-    """A started ShardCore on the embedded stores with a one-partition topic "fresh"."""
+async def _shard_core(tmp_path: Path, fresh: bool = True) -> AsyncIterator[Any]:
+    """A started ShardCore on the embedded stores in tmp_path, with (fresh) a new one-partition topic "fresh"."""
     from kafscale.actors.shard import ShardCore
     from kafscale.config import BrokerConfig
     from kafscale.storage.embedded_store import EmbeddedStore
@@ -867,7 +867,8 @@ async def _shard_core(tmp_path: Path) -> AsyncIterator[Any]:
                      objects=LocalDirStore(tmp_path / "o"))
     await core.start()
     try:
-        await core.topics.create("fresh", 1, 1)
+        if fresh:
+            await core.topics.create("fresh", 1, 1)
         yield core
     finally:
         await core.stop()
@@ -913,3 +914,66 @@ async def test_produce_many_answers_every_partition_in_request_order(tmp_path: P
             (0, 0), (0, 1), (int(ErrorCode.unknown_topic_or_partition), None), (int(ErrorCode.corrupt_message), -1)]
         owner = core.owners[("fresh", 0)]
         assert owner.high_watermark == 2, "acks=all answered before the fast-path records were committed"
+
+
+# ---------------------------------------------------------------- opening owners
+
+
+async def test_a_new_topics_partitions_open_before_their_first_produce(tmp_path: Path) -> None:
+    """As Kafka's leaders do on creation: the shard opens the owners of a new topic's partitions (and of
+    partitions added later) at once, so the first produce does not wait for the epoch and state reads."""
+    import dataclasses
+
+    from kafscale.cluster.topics import place
+
+    async with _shard_core(tmp_path) as core:
+        await core.topics.create("early", 3, 1)
+        await eventually(lambda: all(("early", p) in core.owners for p in range(3)), "owners opened on creation")
+        assert [core.owners[("early", p)].epoch for p in range(3)] == [1, 1, 1]
+
+        await core.topics.modify("early", lambda i: dataclasses.replace(i, partitions=5,
+                                                                       placement=place("early", 5, 1)))
+        await eventually(lambda: all(("early", p) in core.owners for p in range(5)), "added partitions opened")
+
+        answer = await core.produce_many([("early", 4, bytearray(_one_record_batch(b"A")))], -1, 5000)
+        assert answer[0]["error"] == 0 and answer[0]["base_offset"] == 0
+        assert core.owners[("early", 4)].epoch == 1  # the produce used the owner opened early
+
+
+async def test_a_restarted_shard_opens_existing_partitions_only_when_used(tmp_path: Path) -> None:
+    """Restarting a shard that hosts thousands of partitions must not take every epoch at once: topics that
+    already exist open on first use, as before."""
+    async with _shard_core(tmp_path) as core:
+        await core.topics.create("old", 4, 1)
+        await eventually(lambda: len([k for k in core.owners if k[0] == "old"]) == 4, "owners opened on creation")
+    async with _shard_core(tmp_path, fresh=False) as core:  # the same stores: "old" exists
+        await asyncio.sleep(0.2)
+        assert not [k for k in core.owners if k[0] == "old"]
+        await core.produce_many([("old", 1, bytearray(_one_record_batch(b"A")))], -1, 5000)
+        assert [k for k in core.owners if k[0] == "old"] == [("old", 1)]
+
+
+async def test_a_topic_with_more_partitions_than_early_open_max_opens_them_on_use(tmp_path: Path) -> None:
+    from kafscale.actors.shard import EARLY_OPEN_MAX
+
+    async with _shard_core(tmp_path) as core:
+        await core.topics.create("huge", EARLY_OPEN_MAX + 1, 1)
+        await asyncio.sleep(0.2)
+        assert not [k for k in core.owners if k[0] == "huge"]
+
+
+async def test_stopping_while_new_partitions_open_leaves_no_owner_behind(tmp_path: Path) -> None:
+    from kafscale.actors.shard import EARLY_OPEN_MAX
+
+    async with _shard_core(tmp_path) as core:
+        await core.topics.create("many", EARLY_OPEN_MAX, 1)
+        await asyncio.sleep(0)
+        await core.stop()
+        assert not core.owners and not core._opening
+        await asyncio.sleep(0.2)
+        assert not core.owners, "an owner opened after the shard stopped"
+        core.stop = _async_noop  # type: ignore[method-assign]  # already stopped: _shard_core's stop is moot
+
+
+async def _async_noop() -> None:
+    return None

@@ -175,7 +175,7 @@ class GroupRegistry:
                 gone = {tp for tp in coordinator.offsets if tp not in live and (topics is None or tp[0] in topics)}
                 await coordinator.expire_offsets(now_ms, self.offsets_retention_ms, gone=gone)
 
-    def topic_changed(self, name: str, info: TopicInfo | None) -> None:
+    def topic_changed(self, name: str, old: TopicInfo | None, info: TopicInfo | None) -> None:
         """A TopicRegistry listener: a topic deleted (or replaced by a namesake) takes its offsets with it."""
         if info is None and not self.closed:
             task = asyncio.get_running_loop().create_task(self.expire_offsets(int(time.time() * 1000), {name}))

@@ -42,6 +42,10 @@ from kafscale.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL_S = 0.5
+# A new topic's partitions open at creation, a few at once, when the shard hosts at most EARLY_OPEN_MAX of
+# them: a 10,000-partition topic opens on first use instead of as a burst of metadata transactions.
+EARLY_OPEN_MAX = 64
+EARLY_OPENS_AT_ONCE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,9 @@ class ShardCore:
         self._opening: dict[tuple[str, int], asyncio.Task[PartitionOwner]] = {}
         self._append_locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._queued: dict[tuple[str, int], int] = {}  # produce() calls not yet past their append
+        self._early_opens: set[asyncio.Task[None]] = set()  # owners of new partitions, opened before use
+        self._early_open_slots = asyncio.Semaphore(EARLY_OPENS_AT_ONCE)
+        self._stopping = False
         self.cluster_id = ""
         self.router = Router()
         self.router.observe = self.metrics.observe_request
@@ -130,9 +137,14 @@ class ShardCore:
     async def stop(self) -> None:
         """Stop accepting, flush every owner, release ownership."""
         log.info("shard %d stopping: closing listener", self.shard_id)
+        self._stopping = True
+        for task in self._early_opens:
+            task.cancel()
+        await asyncio.gather(*self._early_opens, return_exceptions=True)
         await self._stop_operations()
         await self.groups.close()  # waiting JoinGroups get NOT_COORDINATOR instead of holding the listener's stop
         await self.listener.stop()
+        await asyncio.gather(*self._opening.values(), return_exceptions=True)  # no owner appears after this
         log.info("shard %d stopping: flushing %d partitions", self.shard_id, len(self.owners))
         await asyncio.gather(*(o.close(flush=True) for o in self.owners.values()), return_exceptions=True)
         self.owners.clear()
@@ -184,14 +196,32 @@ class ShardCore:
         assert kv is not None
         return str(kv.value["cluster_id"])
 
-    def _topic_changed(self, name: str, info: TopicInfo | None) -> None:
-        """A deleted (or re-created) topic: its owners here stop, their cache entries go."""
+    def _topic_changed(self, name: str, old: TopicInfo | None, info: TopicInfo | None) -> None:
+        """A deleted (or re-created) topic: its owners here stop, their cache entries go. A new topic
+        (or new partitions): the partitions placed here open now, as Kafka's leaders do on creation,
+        so that the first produce does not wait for the open."""
         for (topic, partition), owner in list(self.owners.items()):
             if topic == name and (info is None or partition >= info.partitions
                                   or info.placement[partition] != self.shard_id):
                 self.owners.pop((topic, partition), None)
                 owner.reader.forget()
                 asyncio.get_running_loop().create_task(owner.close(flush=False))
+        if info is not None and not self._stopping:
+            first = old.partitions if old is not None and old.id == info.id else 0
+            new = [p for p in range(first, info.partitions) if self.is_local(info, p)]
+            for partition in new if len(new) <= EARLY_OPEN_MAX else []:
+                task = asyncio.get_running_loop().create_task(self._open_early(name, partition))
+                self._early_opens.add(task)
+                task.add_done_callback(self._early_opens.discard)
+
+    async def _open_early(self, topic: str, partition: int) -> None:
+        async with self._early_open_slots:  # a 10,000-partition CreateTopics must not flood the store
+            if self._stopping or (topic, partition) in self.owners:
+                return
+            try:
+                await self.owner(topic, partition)
+            except Exception as e:  # the first produce opens it (and reports the error) instead
+                log.info("early open of %s-%d failed: %s", topic, partition, e)
 
     # ---------------------------------------------------------------- ownership
 

@@ -68,13 +68,14 @@ class TopicRegistry:
         self.meta = meta
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
-        self.listeners: list[Any] = []  # callables(name, TopicInfo | None) on every change
+        # callables(name, old, new) on every change after start()'s initial load; None: no such topic
+        self.listeners: list[Any] = []
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         revision = await self.meta.revision()
         for kv in await self.meta.range(keys.TOPICS):
-            self._set(kv.key[len(keys.TOPICS):], kv.value)
+            self._set(kv.key[len(keys.TOPICS):], kv.value, notify=False)  # what exists, not a change
         self._watch = asyncio.get_running_loop().create_task(self._follow(revision + 1))
 
     async def stop(self) -> None:
@@ -99,7 +100,7 @@ class TopicRegistry:
                         self._set(kv.key[len(keys.TOPICS):], kv.value)
                     revision = await self.meta.revision() + 1
 
-    def _set(self, name: str, value: dict[str, Any] | None) -> None:
+    def _set(self, name: str, value: dict[str, Any] | None, notify: bool = True) -> None:
         old = self.topics.pop(name, None)
         if old is not None:
             self.by_id.pop(old.id, None)
@@ -107,9 +108,9 @@ class TopicRegistry:
         if info is not None:
             self.topics[name] = info
             self.by_id[info.id] = info
-        if old != info:
+        if notify and old != info:
             for listener in self.listeners:
-                listener(name, info)
+                listener(name, old, info)
 
     async def get(self, name: str) -> TopicInfo | None:
         """Local view first; a miss asks the store, since a watch event may still be on its way."""

@@ -4,10 +4,12 @@ front of a real SeaweedFS, which flips one byte of the first PUT body that passe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +152,45 @@ def test_the_store_learns_whether_the_server_checks_the_crc32c_header(
         assert store.get("seg/1.kfs") == data and store.get("seg/2.kfs") == data
         store.close()
         server.delete_bucket(store.bucket)
+
+
+def test_warm_up_runs_the_crc32c_probe_before_the_first_put_and_never_raises(
+    seaweed_server: SeaweedS3Server,
+) -> None:
+    """A shard warms its store up when it starts, so the probe (botocore's first PutObject in the
+    process, ~200 ms of set-up) is not paid inside the first produce. An unreachable server makes it a
+    no-op: the probe is asked again on the first PUT."""
+    store = seaweed_server.store()
+    store.warm_up()
+    assert store._checks_crc is True
+    store.close()
+    seaweed_server.delete_bucket(store.bucket)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    down = S3Store(unique_bucket_name(), endpoint_url=f"http://127.0.0.1:{closed_port}", access_key="a",
+                   secret_key="b", max_attempts=1, connect_timeout=0.5, read_timeout=0.5)
+    down.warm_up()
+    assert down._checks_crc is None
+    down.close()
+
+
+async def test_a_starting_shard_warms_its_object_store_up(seaweed_server: SeaweedS3Server, tmp_path: Path) -> None:
+    from kafscale.actors.shard import ShardCore
+    from kafscale.config import BrokerConfig
+    from kafscale.storage.embedded_store import EmbeddedStore
+
+    store = seaweed_server.store()
+    core = ShardCore(0, BrokerConfig(listen="127.0.0.1:0"), meta=EmbeddedStore(tmp_path / "m.db"), objects=store)
+    await core.start()
+    try:
+        for _ in range(200):
+            if store._checks_crc is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert store._checks_crc is True, "the shard made no PUT, yet the probe should have run"
+    finally:
+        await core.stop()
+        await core.meta.close()
+        seaweed_server.delete_bucket(store.bucket)

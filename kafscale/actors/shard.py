@@ -167,12 +167,13 @@ class ShardCore:
                     await self.probe_object_store()
 
     async def _start_operations(self) -> None:
-        """Retention, lag sampling and S3 probe loops, and the metrics/health endpoint
+        """The object store's warm-up, retention, lag sampling and S3 probe loops, and the metrics/health endpoint
         (kafscale.actors.retention, kafscale.lag, kafscale.metrics_http)."""
         interval = self.config.retention_check_interval_ms / 1000
         self.lag_sampler = LagSampler(self)
         loop = asyncio.get_running_loop()
-        self._background += [loop.create_task(retention.run(lambda: self.owners.values(), interval)),
+        self._background += [loop.create_task(self.objects.warm_up()),
+                             loop.create_task(retention.run(lambda: self.owners.values(), interval)),
                              loop.create_task(self.lag_sampler.run()),
                              loop.create_task(self._probe_while_unhealthy())]
         address = metrics_address(self.config.metrics_listen, self.shard_id)

@@ -59,6 +59,10 @@ class AsyncObjectStore:
         if self.observer is not None:
             self.observer(getattr(fn, "__name__", "call").strip("_<>"), seconds, ok)
 
+    async def warm_up(self) -> None:
+        """The store's one-time set-up, off the event loop and outside the health record."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, self.store.warm_up)
+
     def state(self) -> HealthState:
         return self.health.state()
 

@@ -70,5 +70,8 @@ class ObjectStore(abc.ABC):
         for key in keys:
             self.delete(key)
 
+    def warm_up(self) -> None:  # noqa: B027 - optional hook
+        """Pay one-time costs (client set-up, probes) now rather than in the first request; never raises."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

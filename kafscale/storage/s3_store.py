@@ -261,6 +261,12 @@ class S3Store(ObjectStore):
                                             config=self._signed_config)
         return self._signed_client
 
+    def warm_up(self) -> None:
+        # The CRC probe is botocore's first PutObject in the process, which costs ~200 ms of lazy set-up:
+        # a shard does it when it starts instead of inside the first produce's flush.
+        with contextlib.suppress(Exception):
+            self._put_client()
+
     def _probe_crc_check(self) -> bool | None:
         """PUT a probe whose CRC32C header is wrong: refused means the server checks it. None when the
         probe itself failed (asked again on the next PUT, which is signed meanwhile)."""

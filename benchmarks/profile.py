@@ -247,6 +247,8 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"# py-spy profile ({report['settings']})", ""]
     prod = report.get("producer", {})
     lines.append(f"Producer: {prod.get('mib_per_s', 0):.1f} MiB/s, {prod.get('records_per_s', 0):,.0f} records/s, "
+                 f"client CPU {prod.get('client_cpu_fraction', 0):.2f} core, "
+                 f"{prod.get('queue_full_waits', 0):,} waits on a full client queue, "
                  f"latency {prod.get('latency')}; load average {report.get('loadavg')}")
     lines += ["", "## Broker histograms over the window (count, mean)", ""]
     for name, labels in report.get("broker_metrics", {}).items():

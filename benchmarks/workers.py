@@ -103,7 +103,7 @@ def produce(p: dict[str, Any]) -> dict[str, Any]:
     producer.list_topics(topic, timeout=30)
 
     latencies: list[float] = []
-    state = {"window_msgs": 0, "window_bytes": 0, "errors": 0, "delivered": 0, "first_error": ""}
+    state = {"window_msgs": 0, "window_bytes": 0, "errors": 0, "delivered": 0, "first_error": "", "queue_full": 0}
     t0 = time.monotonic()
     measure_from, measure_to = t0 + warmup, t0 + warmup + duration
     mono = time.monotonic
@@ -153,7 +153,9 @@ def produce(p: dict[str, Any]) -> dict[str, Any]:
                 produce_fn(topic, value, partition=i % partitions, on_delivery=cb)
             else:
                 produce_fn(topic, value, partition=i % partitions)
-        except BufferError:
+        except BufferError:  # the client's queue is full of unacknowledged records: waiting on the broker
+            if measure_from <= now:
+                state["queue_full"] += 1
             poll(0.002)
             continue
         sent += 1
@@ -170,6 +172,7 @@ def produce(p: dict[str, Any]) -> dict[str, Any]:
         "undelivered": remaining, "window_s": duration,
         "records_per_s": state["window_msgs"] / duration, "mib_per_s": state["window_bytes"] / duration / MiB,
         "client_cpu_fraction": (cpu1 - (cpu0 or cpu1)) / duration, "latency_sample_every": every,
+        "queue_full_waits": state["queue_full"],
         "latency": latency_summary(latencies),
     }
 

@@ -46,6 +46,7 @@ PROBE_INTERVAL_S = 0.5
 # them: a 10,000-partition topic opens on first use instead of as a burst of metadata transactions.
 EARLY_OPEN_MAX = 64
 EARLY_OPENS_AT_ONCE = 8
+OPEN_ON_STOP_S = 10.0  # how long stop() waits for owners still opening (metadata store slow or down)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +145,9 @@ class ShardCore:
         await self._stop_operations()
         await self.groups.close()  # waiting JoinGroups get NOT_COORDINATOR instead of holding the listener's stop
         await self.listener.stop()
-        await asyncio.gather(*self._opening.values(), return_exceptions=True)  # no owner appears after this
+        # Let opens in progress finish (or give up) so that no owner appears after the flush below.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*self._opening.values(), return_exceptions=True), OPEN_ON_STOP_S)
         log.info("shard %d stopping: flushing %d partitions", self.shard_id, len(self.owners))
         await asyncio.gather(*(o.close(flush=True) for o in self.owners.values()), return_exceptions=True)
         self.owners.clear()

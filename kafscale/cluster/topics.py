@@ -96,9 +96,18 @@ class TopicRegistry:
                 log.warning("topic watch interrupted: %s", e)
                 await asyncio.sleep(0.5)
                 with contextlib.suppress(Exception):
-                    for kv in await self.meta.range(keys.TOPICS):
-                        self._set(kv.key[len(keys.TOPICS):], kv.value)
-                    revision = await self.meta.revision() + 1
+                    revision = await self.resync()
+
+    async def resync(self) -> int:
+        """Replace the view with what the store holds now (after a watch gap, whose events are lost):
+        topics deleted meanwhile go too. Returns the revision to watch from."""
+        revision = await self.meta.revision()
+        present = {kv.key[len(keys.TOPICS):]: kv.value for kv in await self.meta.range(keys.TOPICS)}
+        for name in [n for n in self.topics if n not in present]:
+            self._set(name, None)
+        for name, value in present.items():
+            self._set(name, value)
+        return revision + 1
 
     def _set(self, name: str, value: dict[str, Any] | None, notify: bool = True) -> None:
         old = self.topics.pop(name, None)

@@ -15,4 +15,5 @@ COMMAND_MODULES = (
     "kafscale.commands.group",
     "kafscale.commands.pipeline",
     "kafscale.commands.sql",
+    "kafscale.commands.bench",
 )

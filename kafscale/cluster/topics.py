@@ -73,10 +73,8 @@ class TopicRegistry:
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        revision = await self.meta.revision()
-        for kv in await self.meta.range(keys.TOPICS):
-            self._set(kv.key[len(keys.TOPICS):], kv.value, notify=False)  # what exists, not a change
-        self._watch = asyncio.get_running_loop().create_task(self._follow(revision + 1))
+        revision = await self.resync(notify=False)  # what exists is not a change
+        self._watch = asyncio.get_running_loop().create_task(self._follow(revision))
 
     async def stop(self) -> None:
         if self._watch is not None:
@@ -98,15 +96,15 @@ class TopicRegistry:
                 with contextlib.suppress(Exception):
                     revision = await self.resync()
 
-    async def resync(self) -> int:
-        """Replace the view with what the store holds now (after a watch gap, whose events are lost):
-        topics deleted meanwhile go too. Returns the revision to watch from."""
+    async def resync(self, notify: bool = True) -> int:
+        """Replace the view with what the store holds now (at start, and after a watch gap, whose events
+        are lost): topics deleted meanwhile go too. Returns the revision to watch from."""
         revision = await self.meta.revision()
         present = {kv.key[len(keys.TOPICS):]: kv.value for kv in await self.meta.range(keys.TOPICS)}
         for name in [n for n in self.topics if n not in present]:
-            self._set(name, None)
+            self._set(name, None, notify)
         for name, value in present.items():
-            self._set(name, value)
+            self._set(name, value, notify)
         return revision + 1
 
     def _set(self, name: str, value: dict[str, Any] | None, notify: bool = True) -> None:

@@ -45,6 +45,10 @@ class BrokerConfig:
     cache_bytes: int = field(default=256 * 1024 * 1024, metadata={"help": "segment cache per shard"})
     readahead_segments: int = field(default=1, metadata={"help": "segments prefetched after a miss"})
     max_frame_bytes: int = field(default=100 * 1024 * 1024, metadata={"help": "largest request"})
+    max_in_flight_requests: int = field(default=1000, metadata={
+        "help": "requests read from one connection and not yet answered; beyond that reading pauses"})
+    max_in_flight_bytes: int = field(default=64 * 1024 * 1024, metadata={
+        "help": "bytes of those requests; beyond that reading pauses (one request is always taken)"})
     connections_max_idle_ms: int = field(default=600_000, metadata={
         "help": "close connections idle this long (Kafka's connections.max.idle.ms); 0 = never"})
     auto_create_topics: bool = field(default=True, metadata={"help": "create topics on first use"})
@@ -98,7 +102,7 @@ class BrokerConfig:
     def validate(self) -> BrokerConfig:
         self.listen_host_port()
         for name in ("flush_interval_ms", "segment_bytes", "cache_bytes", "max_frame_bytes", "default_partitions",
-                     "segment_uploads_in_flight"):
+                     "segment_uploads_in_flight", "max_in_flight_requests", "max_in_flight_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive, got {getattr(self, name)}")
         if self.shards < 0:

@@ -313,6 +313,26 @@ def test_in_flight_limit_pauses_reading():
         srv.stop()
 
 
+def test_in_flight_bytes_limit_pauses_reading():
+    """Beyond max_in_flight_bytes of unanswered requests the connection takes no more frames, however
+    many the count limit would allow; a single request larger than the budget is still taken."""
+    srv = Server(max_in_flight=1000, max_in_flight_bytes=250_000)
+    try:
+        client = RawClient(srv.port)
+        frames = []
+        for i in range(12):
+            req = heartbeat_request("sleep:0.05", i)
+            body = req[4:] + bytes(100_000 if i else 400_000)  # trailing bytes are ignored, as by Kafka
+            frames.append(struct.pack(">i", len(body)) + body)
+        client.send(b"".join(frames))
+        assert [decode_response(HEARTBEAT, 4, client.recv_frame())[0] for _ in range(12)] == list(range(12))
+        # 100 kB frames: a third is refused once 2 are held (200 kB < 250 kB budget, 300 kB is over)
+        assert srv.control.max_running == 3
+        client.close()
+    finally:
+        srv.stop()
+
+
 def test_idle_connections_are_closed_busy_ones_are_not():
     """Kafka's connections.max.idle.ms: silence closes a connection; a request in flight (a long
     poll) keeps it open however long it takes."""

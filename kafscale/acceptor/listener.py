@@ -13,8 +13,13 @@ Each connection is an asyncio.BufferedProtocol plus one writer task, and one tas
   in one write; writing waits while the transport's buffer is above its high-water mark (the
   protocol-level equivalent of StreamWriter.drain()).
 
-At most `max_in_flight` requests per connection are read but not yet answered; beyond that the
-connection stops taking frames and pauses reading, TCP fills up and the client slows down.
+At most `max_in_flight` requests, holding at most `max_in_flight_bytes` of request bytes, per
+connection are read but not yet answered; beyond either the connection stops taking frames and pauses
+reading, TCP fills up and the client slows down. One request is always taken, whatever its size. The
+byte budget is the one that matters for memory; the count is generous because librdkafka pipelines
+one Produce per partition per linger, and an acks=all Produce stays in flight until its flush
+commits: with 16 partitions on S3 that is hundreds of small requests (100 of them held the
+client back by a quarter, docs/performance.md).
 
 What closes a connection (after the responses to earlier requests have been written, which is
 what a client of Kafka would also have received) — each logged as a warning naming the client:
@@ -75,7 +80,8 @@ class Listener:
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         advertised_host: str | None = None,
-        max_in_flight: int = 100,
+        max_in_flight: int = 1000,
+        max_in_flight_bytes: int = 64 * 1024 * 1024,
         idle_timeout_s: float = 600.0,
     ) -> None:
         self.router = router
@@ -83,6 +89,7 @@ class Listener:
         self.port = port  # the bound port once start() returned (port 0 picks a free one)
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
+        self.max_in_flight_bytes = max_in_flight_bytes
         # Kafka's connections.max.idle.ms: a connection with nothing in flight and no bytes in
         # either direction for this long is closed, so abandoned clients do not pile up.
         self.idle_timeout_s = idle_timeout_s
@@ -151,6 +158,7 @@ class _Pending(NamedTuple):
     api_key: int
     api_version: int
     response_version: int  # == api_version, except 0 for the ApiVersions fallback
+    size: int  # bytes of the request frame, counted against max_in_flight_bytes until answered
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -165,10 +173,12 @@ class _Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self._frames = FrameAssembler(listener.max_frame_bytes, pool=listener.buffers)
         self._max_in_flight = listener.max_in_flight
+        self._max_in_flight_bytes = listener.max_in_flight_bytes
         self._pending: asyncio.Queue[_Pending | None] = asyncio.Queue()
         self._in_flight = 0  # requests started and not yet answered
+        self._in_flight_bytes = 0  # their frames' sizes
         self._reading = True  # False once no further request will be taken
-        self._read_paused = False  # paused because of max_in_flight
+        self._read_paused = False  # paused because of the in-flight limits
         self._writable = asyncio.Event()
         self._writable.set()
         self._lost = False
@@ -262,7 +272,7 @@ class _Connection(asyncio.BufferedProtocol):
         """Start handlers for complete frames, up to the in-flight limit, and pause or resume
         reading to match."""
         try:
-            while self._reading and self._in_flight < self._max_in_flight:
+            while self._reading and not self._full():
                 payload = self._frames.next_frame()
                 if payload is None:
                     break
@@ -280,13 +290,17 @@ class _Connection(asyncio.BufferedProtocol):
             return
         if not self._reading or self.transport is None:
             return
-        full = self._in_flight >= self._max_in_flight
+        full = self._full()
         if full != self._read_paused:
             self._read_paused = full
             if full:
                 self.transport.pause_reading()
             else:
                 self.transport.resume_reading()
+
+    def _full(self) -> bool:
+        return self._in_flight >= self._max_in_flight or (
+            self._in_flight > 0 and self._in_flight_bytes >= self._max_in_flight_bytes)
 
     def _accept(self, payload: bytes | memoryview) -> bool:
         """Parse one request and start its handler; False means close the connection."""
@@ -328,8 +342,9 @@ class _Connection(asyncio.BufferedProtocol):
         )
         task = asyncio.get_running_loop().create_task(self.router.dispatch(ctx, request))
         self._in_flight += 1
+        self._in_flight_bytes += len(payload)
         self._pending.put_nowait(
-            _Pending(task, header.correlation_id, api_key, api_version, response_version)
+            _Pending(task, header.correlation_id, api_key, api_version, response_version, len(payload))
         )
         return True
 
@@ -368,6 +383,7 @@ class _Connection(asyncio.BufferedProtocol):
                         return
                     out.append(frame)
                 self._in_flight -= 1
+                self._in_flight_bytes -= item.size
                 if self._read_paused:
                     self._take_frames()
         except OSError as e:

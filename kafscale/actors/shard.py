@@ -105,6 +105,8 @@ class ShardCore:
             port = self.shards[shard_id].port
         self.listener = Listener(self.router, host, port, max_frame_bytes=config.max_frame_bytes,
                                  advertised_host=config.advertised_host or None,
+                                 max_in_flight=config.max_in_flight_requests,
+                                 max_in_flight_bytes=config.max_in_flight_bytes,
                                  idle_timeout_s=config.connections_max_idle_ms / 1000)
         self.owner_settings = OwnerSettings(
             namespace=config.s3_namespace, segment_bytes=config.segment_bytes,

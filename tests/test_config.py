@@ -1,0 +1,50 @@
+"""Broker settings: defaults < config file < KAFSCALE_* environment < command line, and clear errors."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from kafscale.config import ConfigError, add_arguments, load
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_connection_in_flight_limits_have_their_defaults() -> None:
+    config = load(_args(), environ={})
+    assert config.max_in_flight_requests == 1000
+    assert config.max_in_flight_bytes == 64 * 1024 * 1024
+
+
+def test_file_then_environment_then_flags_override(tmp_path: Path) -> None:
+    path = tmp_path / "kafscale.yaml"
+    path.write_text("max_in_flight_requests: 50\nmax-in-flight-bytes: 1000000\nflush_interval_ms: 20\n")
+    environ = {"KAFSCALE_CONFIG": str(path), "KAFSCALE_MAX_IN_FLIGHT_BYTES": "2000000"}
+    config = load(_args("--flush-interval-ms", "10"), environ=environ)
+    assert config.max_in_flight_requests == 50  # file
+    assert config.max_in_flight_bytes == 2_000_000  # environment over file
+    assert config.flush_interval_ms == 10  # flag over file
+
+
+@pytest.mark.parametrize(("name", "raw", "message"), [
+    ("KAFSCALE_MAX_IN_FLIGHT_BYTES", "0", "max_in_flight_bytes: must be positive, got 0"),
+    ("KAFSCALE_MAX_IN_FLIGHT_REQUESTS", "-1", "max_in_flight_requests: must be positive, got -1"),
+    ("KAFSCALE_MAX_IN_FLIGHT_REQUESTS", "many", "KAFSCALE_MAX_IN_FLIGHT_REQUESTS: cannot read 'many' as int"),
+])
+def test_bad_values_name_the_setting(name: str, raw: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(_args(), environ={name: raw})
+    assert str(info.value) == message
+
+
+def test_unknown_key_in_the_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "kafscale.yaml"
+    path.write_text("max_inflight: 5\n")
+    with pytest.raises(ConfigError, match="unknown setting 'max_inflight'"):
+        load(_args("--config", str(path)), environ={})

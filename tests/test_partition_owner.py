@@ -977,3 +977,33 @@ async def test_stopping_while_new_partitions_open_leaves_no_owner_behind(tmp_pat
 
 async def _async_noop() -> None:
     return None
+
+
+async def test_a_burst_of_first_uses_opens_at_most_opens_at_once_partitions_together(tmp_path: Path) -> None:
+    """A client touching many unopened partitions (or a restarted shard's clients) must not start an epoch
+    transaction for each of them at the same moment: the opens queue, and every one completes."""
+    from kafscale.actors.shard import OPENS_AT_ONCE
+    from kafscale.cluster import keys
+
+    async with _shard_core(tmp_path) as core:
+        count = OPENS_AT_ONCE * 2 + 10  # above EARLY_OPEN_MAX too: nothing opens before use
+        await core.topics.create("burst", count, 1)
+        txn = core.meta.txn
+        owner_keys = {keys.owner("burst", p) for p in range(count)}
+        running, most = 0, 0
+
+        async def counting_txn(compares: Any, success: Any, failure: Any = ()) -> Any:
+            nonlocal running, most
+            taking_epoch = any(getattr(op, "key", None) in owner_keys for op in success)
+            running += taking_epoch
+            most = max(most, running)
+            try:
+                await asyncio.sleep(0.01)  # hold the slot long enough for the others to pile up
+                return await txn(compares, success, failure)
+            finally:
+                running -= taking_epoch
+
+        core.meta.txn = counting_txn  # type: ignore[method-assign]
+        owners = await asyncio.gather(*(core.owner("burst", p) for p in range(count)))
+        assert [o.partition for o in owners] == list(range(count)) and all(o.epoch == 1 for o in owners)
+        assert most == OPENS_AT_ONCE

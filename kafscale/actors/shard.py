@@ -47,6 +47,10 @@ PROBE_INTERVAL_S = 0.5
 EARLY_OPEN_MAX = 64
 EARLY_OPENS_AT_ONCE = 8
 OPEN_ON_STOP_S = 10.0  # how long stop() waits for owners still opening (metadata store slow or down)
+# Opens in progress at once, whatever asks for them: a client touching thousands of unopened partitions
+# (or every partition of a restarted shard) queues here instead of starting thousands of epoch
+# transactions together. Enough to keep the metadata store's group commits full.
+OPENS_AT_ONCE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,7 @@ class ShardCore:
         self._queued: dict[tuple[str, int], int] = {}  # produce() calls not yet past their append
         self._early_opens: set[asyncio.Task[None]] = set()  # owners of new partitions, opened before use
         self._early_open_slots = asyncio.Semaphore(EARLY_OPENS_AT_ONCE)
+        self._open_slots = asyncio.Semaphore(OPENS_AT_ONCE)
         self._stopping = False
         self.cluster_id = ""
         self.router = Router()
@@ -258,7 +263,8 @@ class ShardCore:
                                cache=self.cache, settings=self.owner_settings,
                                topic_config=lambda: self._topic_configs(topic), metrics=self.metrics.partition(topic),
                                committer=self.committer)
-        await owner.open()
+        async with self._open_slots:
+            await owner.open()
         self.owners[(topic, partition)] = owner
         return owner
 

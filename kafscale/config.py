@@ -48,7 +48,7 @@ class BrokerConfig:
     max_in_flight_requests: int = field(default=1000, metadata={
         "help": "requests read from one connection and not yet answered; beyond that reading pauses"})
     max_in_flight_bytes: int = field(default=64 * 1024 * 1024, metadata={
-        "help": "bytes of those requests; beyond that reading pauses (one request is always taken)"})
+        "help": "request bytes at which reading pauses (the last request taken may cross it)"})
     connections_max_idle_ms: int = field(default=600_000, metadata={
         "help": "close connections idle this long (Kafka's connections.max.idle.ms); 0 = never"})
     auto_create_topics: bool = field(default=True, metadata={"help": "create topics on first use"})

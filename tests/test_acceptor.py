@@ -314,8 +314,8 @@ def test_in_flight_limit_pauses_reading():
 
 
 def test_in_flight_bytes_limit_pauses_reading():
-    """Beyond max_in_flight_bytes of unanswered requests the connection takes no more frames, however
-    many the count limit would allow; a single request larger than the budget is still taken."""
+    """Once its unanswered requests reach max_in_flight_bytes the connection takes no more frames, however
+    many the count limit would allow; a request larger than the budget is taken when nothing else is."""
     srv = Server(max_in_flight=1000, max_in_flight_bytes=250_000)
     try:
         client = RawClient(srv.port)
@@ -326,8 +326,9 @@ def test_in_flight_bytes_limit_pauses_reading():
             frames.append(struct.pack(">i", len(body)) + body)
         client.send(b"".join(frames))
         assert [decode_response(HEARTBEAT, 4, client.recv_frame())[0] for _ in range(12)] == list(range(12))
-        # 100 kB frames: a third is refused once 2 are held (200 kB < 250 kB budget, 300 kB is over)
-        assert srv.control.max_running == 3
+        # 100 kB frames: a third is still taken while 200 kB are held (under the 250 kB budget), a fourth
+        # not while 300 kB are. (Exactly 3 unless the frames trickle in slower than the handlers finish.)
+        assert 2 <= srv.control.max_running <= 3
         client.close()
     finally:
         srv.stop()

@@ -13,13 +13,14 @@ Each connection is an asyncio.BufferedProtocol plus one writer task, and one tas
   in one write; writing waits while the transport's buffer is above its high-water mark (the
   protocol-level equivalent of StreamWriter.drain()).
 
-At most `max_in_flight` requests, holding at most `max_in_flight_bytes` of request bytes, per
-connection are read but not yet answered; beyond either the connection stops taking frames and pauses
-reading, TCP fills up and the client slows down. One request is always taken, whatever its size. The
-byte budget is the one that matters for memory; the count is generous because librdkafka pipelines
-one Produce per partition per linger, and an acks=all Produce stays in flight until its flush
-commits: with 16 partitions on S3 that is hundreds of small requests (100 of them held the
-client back by a quarter, docs/performance.md).
+A connection stops taking frames once `max_in_flight` requests are read but not yet answered, or once
+their frames add up to `max_in_flight_bytes`; it pauses reading, TCP fills up and the client slows down.
+So a connection holds at most the byte budget plus one request, and a request is always taken when
+nothing else is in flight, whatever its size. The byte budget is the one that matters for memory
+(responses are not counted: clients keep one Fetch per broker in flight). The count is generous
+because librdkafka pipelines one Produce per partition per linger, and an acks=all Produce stays in
+flight until its flush commits: with 16 partitions on S3 that is hundreds of small requests (100 of
+them held the client back by a quarter, docs/performance.md).
 
 What closes a connection (after the responses to earlier requests have been written, which is
 what a client of Kafka would also have received) — each logged as a warning naming the client:
@@ -88,6 +89,9 @@ class Listener:
         self.host = host
         self.port = port  # the bound port once start() returned (port 0 picks a free one)
         self.max_frame_bytes = max_frame_bytes
+        if max_in_flight < 1 or max_in_flight_bytes < 1:
+            raise ValueError(f"in-flight limits must be positive, got {max_in_flight} requests and "
+                             f"{max_in_flight_bytes} bytes")
         self.max_in_flight = max_in_flight
         self.max_in_flight_bytes = max_in_flight_bytes
         # Kafka's connections.max.idle.ms: a connection with nothing in flight and no bytes in

@@ -114,23 +114,24 @@ def limits(ctx: Context) -> None:
     ctx.add(Result("limits", "loopback_tcp", got["mib_per_s"], "MiB/s", "loopback",
                    [_limit(got["mib_per_s"], "MiB/s", "itself: one sender/receiver process pair over 127.0.0.1")],
                    {"chunk_bytes": MiB, "duration_s": duration}, {"sender": send, "receiver": got}))
-    count = 8 if ctx.quick else 24
     for backend in ctx.backends:
-        params = _store_limit_params(ctx, backend, count, [1, 2, 4])
+        params = _store_limit_params(ctx, backend, [1, 2, 4])
         r = run_worker("store_limits", params, timeout=900)
         if backend == "local":
             shutil.rmtree(ctx.work / "limits-local", ignore_errors=True)
         for op in ("put", "get", "cold_get"):
             best_threads, best = max(((t, v[f"{op}_mib_s"] or 0.0) for t, v in r.items()), key=lambda kv: kv[1])
             ctx.limits[f"{op}:{backend}"] = best
-            ctx.options.setdefault("_limit_threads", {})[f"{op}:{backend}"] = int(best_threads)
+            if op == "put":  # the raw PUTs beside the produce cases use it
+                ctx.options.setdefault("_put_threads", {})[backend] = int(best_threads)
             ctx.add(Result("limits", f"raw_{op}_4MiB", best, "MiB/s", backend,
                            ctx.limit_ref("loopback_tcp_mib_s", "loopback TCP, same run"),
                            {**params, "best_threads": int(best_threads)}, {"by_threads": r}))
 
 
-def _store_limit_params(ctx: Context, backend: str, count: int, threads: list[int]) -> dict[str, Any]:
-    params: dict[str, Any] = {"backend": backend, "object_mib": 4, "count": count, "threads": threads}
+def _store_limit_params(ctx: Context, backend: str, threads: list[int]) -> dict[str, Any]:
+    params: dict[str, Any] = {"backend": backend, "object_mib": 4, "count": 8 if ctx.quick else 24,
+                              "threads": threads}
     if backend == "local":
         root = ctx.work / "limits-local"
         params["root"] = str(root)
@@ -147,13 +148,13 @@ def _raw_put_now(ctx: Context, backend: str) -> float | None:
     """The raw 4 MiB PUT rate right now (the limits scenario's best thread count): the reference taken
     beside a produce case. This VM's speed drifts by up to 2x within minutes, so a limit measured at the
     start of the run can be far from the one the case ran under."""
-    threads = ctx.options.get("_limit_threads", {}).get(f"put:{backend}")
+    threads = ctx.options.get("_put_threads", {}).get(backend)
     if threads is None:
         return None
     try:
-        r = run_worker("store_limits", {**_store_limit_params(ctx, backend, 8 if ctx.quick else 24, [int(threads)]),
-                                        "put_only": True}, timeout=300)
-        return float(r[str(int(threads))]["put_mib_s"])
+        r = run_worker("store_limits", {**_store_limit_params(ctx, backend, [threads]), "put_only": True},
+                       timeout=300)
+        return float(r[str(threads)]["put_mib_s"])
     except Exception as e:  # the case keeps its run-start reference instead
         log(f"  raw PUT beside the case failed: {e}")
         return None

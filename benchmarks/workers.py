@@ -369,25 +369,22 @@ def store_limits(p: dict[str, Any]) -> dict[str, Any]:
             t0 = time.perf_counter()
             list(pool.map(lambda k: store.put(k, data), keys))
             put_s = time.perf_counter() - t0
-            if p.get("put_only"):
-                out[str(threads)] = {"put_mib_s": count * len(data) / MiB / put_s, "put_s": put_s}
-                for k in keys:
-                    store.delete(k)
-                continue
-            t0 = time.perf_counter()
-            sizes = list(pool.map(lambda k: len(store.get(k)), keys))
-            get_s = time.perf_counter() - t0
-            cold_s = None
-            if p.get("drop_dir"):
-                _drop_page_cache(p["drop_dir"])
+            total = count * len(data)
+            entry: dict[str, Any] = {"put_mib_s": total / MiB / put_s, "put_s": put_s}
+            if not p.get("put_only"):
                 t0 = time.perf_counter()
-                list(pool.map(lambda k: len(store.get(k)), keys))
-                cold_s = time.perf_counter() - t0
-        total = count * len(data)
-        assert sum(sizes) == total
-        out[str(threads)] = {"put_mib_s": total / MiB / put_s, "get_mib_s": total / MiB / get_s,
-                             "put_s": put_s, "get_s": get_s,
-                             "cold_get_mib_s": total / MiB / cold_s if cold_s else None}
+                sizes = list(pool.map(lambda k: len(store.get(k)), keys))
+                get_s = time.perf_counter() - t0
+                assert sum(sizes) == total
+                cold_s = None
+                if p.get("drop_dir"):
+                    _drop_page_cache(p["drop_dir"])
+                    t0 = time.perf_counter()
+                    list(pool.map(lambda k: len(store.get(k)), keys))
+                    cold_s = time.perf_counter() - t0
+                entry.update(get_mib_s=total / MiB / get_s, get_s=get_s,
+                             cold_get_mib_s=total / MiB / cold_s if cold_s else None)
+        out[str(threads)] = entry
         for k in keys:
             store.delete(k)
     store.close()

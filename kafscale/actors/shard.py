@@ -42,8 +42,10 @@ from kafscale.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL_S = 0.5
-# A new topic's partitions open at creation, a few at once, when the shard hosts at most EARLY_OPEN_MAX of
-# them: a 10,000-partition topic opens on first use instead of as a burst of metadata transactions.
+# A new topic's partitions open at creation when the shard hosts at most EARLY_OPEN_MAX of them: a
+# 10,000-partition topic opens on first use instead of as a burst of metadata transactions. Early opens
+# take at most EARLY_OPENS_AT_ONCE of the OPENS_AT_ONCE slots below, so that opens a client is waiting
+# for are not queued behind many topics created together.
 EARLY_OPEN_MAX = 64
 EARLY_OPENS_AT_ONCE = 8
 OPEN_ON_STOP_S = 10.0  # how long stop() waits for owners still opening (metadata store slow or down)
@@ -226,7 +228,7 @@ class ShardCore:
                 task.add_done_callback(self._early_opens.discard)
 
     async def _open_early(self, topic: str, partition: int) -> None:
-        async with self._early_open_slots:  # a 10,000-partition CreateTopics must not flood the store
+        async with self._early_open_slots:
             if self._stopping or (topic, partition) in self.owners:
                 return
             try:

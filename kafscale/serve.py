@@ -57,9 +57,9 @@ def serve(config: BrokerConfig) -> int:
         status = {s["shard"]: s for s in ray.get(controller.status.remote())}
         for shard_id, host, port in addresses:
             info = status[shard_id]
-            log.info("shard %d listening on %s:%d (Ray actor %s, pid %d, %s event loop, GC skips %d startup objects)",
-                     shard_id, host, port, shard_actor_name(shard_id), info["pid"], info["event_loop"],
-                     info["frozen_objects"])
+            log.info("shard %d listening on %s:%d (Ray actor %s, pid %d, %s event loop, GC skips %d startup "
+                     "objects, thresholds %s)", shard_id, host, port, shard_actor_name(shard_id), info["pid"],
+                     info["event_loop"], info["frozen_objects"], info["gc_thresholds"])
         stores = ("etcd " + config.etcd_endpoints) if config.etcd_endpoints else f"embedded in {config.data_dir}"
         objects = f"s3://{config.s3_bucket}/{config.s3_namespace}" if config.s3_bucket else f"{config.data_dir}/objects"
         log.info("ready: %d shards, metadata %s, objects %s", len(addresses), stores, objects)

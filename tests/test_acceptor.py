@@ -566,3 +566,38 @@ def test_stop_cancels_handlers_after_grace():
         assert srv.connections() == 0
     finally:
         srv.stop()
+
+
+# ------------------------------------------------------------------ handlers that answer by future
+
+
+def _ctx(api_key: int) -> RequestContext:
+    return RequestContext(api_key, 0, 1, "t", "127.0.0.1", 1, 1, None)  # type: ignore[arg-type]
+
+
+async def test_a_handler_that_returns_a_future_gets_no_task_and_is_timed_when_it_completes() -> None:
+    router = Router()
+    timed: list[tuple[int, float]] = []
+    router.observe = lambda key, seconds: timed.append((key, seconds))
+    answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    router.register(3, 0, 12, lambda ctx, req: answer)
+    started = router.start(_ctx(3), None)
+    assert started is answer and not isinstance(started, asyncio.Task)
+    await asyncio.sleep(0.01)
+    assert timed == []
+    answer.set_result("response")
+    assert await started == "response"
+    await asyncio.sleep(0)
+    assert [key for key, _ in timed] == [3] and timed[0][1] >= 0.01
+
+
+async def test_a_handler_that_raises_before_returning_a_future_fails_its_answer() -> None:
+    """The listener then logs it and closes the connection, as for a coroutine handler that raises."""
+    router = Router()
+
+    def broken(ctx: RequestContext, req: Any) -> asyncio.Future[Any]:
+        raise RuntimeError("bug")
+
+    router.register(3, 0, 12, broken)
+    with pytest.raises(RuntimeError, match="bug"):
+        await router.start(_ctx(3), None)

@@ -55,10 +55,11 @@ from typing import Any, NamedTuple, cast
 
 from kafscale.acceptor.apis import api_versions
 from kafscale.acceptor.router import RequestContext, Router
-from kafscale.protocol.codec import decode_request, encode_response
+from kafscale.protocol.codec import encode_response
 from kafscale.protocol.errors import InvalidFrameSize, ProtocolError
 from kafscale.protocol.framing import DEFAULT_MAX_FRAME_BYTES, BufferPool, FrameAssembler
 from kafscale.protocol.header import parse_request_header
+from kafscale.protocol.produce_codec import EncodedResponse
 
 __all__ = ["Listener"]
 
@@ -157,7 +158,7 @@ class Listener:
 
 
 class _Pending(NamedTuple):
-    task: asyncio.Task[Any]
+    task: asyncio.Future[Any]  # the handler's answer: a task, or a future it completes itself
     correlation_id: int
     api_key: int
     api_version: int
@@ -321,10 +322,9 @@ class _Connection(asyncio.BufferedProtocol):
         if route is None:
             log.warning("%s: unknown API key %d (version %d); closing", self, api_key, api_version)
             return False
-        min_version, max_version, _ = route
-        if min_version <= api_version <= max_version:
+        if route.min_version <= api_version <= route.max_version:
             try:
-                request = decode_request(api_key, api_version, payload, header.size)
+                request = route.decode(api_key, api_version, payload, header.size)
             except ProtocolError as e:
                 log.warning("%s: %s; closing", self, e)
                 return False
@@ -337,14 +337,14 @@ class _Connection(asyncio.BufferedProtocol):
         else:
             log.warning(
                 "%s: API key %d version %d is not supported (supported %d..%d); closing",
-                self, api_key, api_version, min_version, max_version,
+                self, api_key, api_version, route.min_version, route.max_version,
             )
             return False
         ctx = RequestContext(
             api_key, api_version, header.correlation_id, header.client_id,
             self.host, self.port, self.id, self.listener,
         )
-        task = asyncio.get_running_loop().create_task(self.router.dispatch(ctx, request))
+        task = self.router.start(ctx, request)
         self._in_flight += 1
         self._in_flight_bytes += len(payload)
         self._pending.put_nowait(
@@ -418,13 +418,16 @@ class _Connection(asyncio.BufferedProtocol):
                 raise ConnectionResetError("connection lost")
 
     def _encode(self, item: _Pending, response: Any) -> bytes | bytearray | None:
-        cls = type(response)
-        if (getattr(cls, "__api_key__", None), getattr(cls, "__version__", None)) != (
-            item.api_key, item.response_version
-        ):
+        if isinstance(response, EncodedResponse):
+            key, version = response.api_key, response.api_version
+        else:
+            key, version = getattr(type(response), "__api_key__", None), getattr(type(response), "__version__", None)
+        if (key, version) != (item.api_key, item.response_version):
             log.error("%s: handler for API key %d v%d returned %s, not its response; closing",
-                      self, item.api_key, item.api_version, cls.__qualname__)
+                      self, item.api_key, item.api_version, type(response).__qualname__)
             return None
+        if isinstance(response, EncodedResponse):
+            return response.frame
         try:
             return encode_response(item.correlation_id, response)
         except Exception:

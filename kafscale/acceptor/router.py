@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kafscale.protocol.codec import request_class, response_class
+from kafscale.protocol.codec import decode_request, request_class, response_class
 
 if TYPE_CHECKING:
     from kafscale.acceptor.listener import Listener
 
-__all__ = ["Handler", "RequestContext", "Router"]
+__all__ = ["Decoder", "Handler", "RequestContext", "Route", "Router"]
 
 
 @dataclass(slots=True)
@@ -29,9 +30,20 @@ class RequestContext:
     listener: Listener  # .host / .port / .advertised_host of the listener that got the request
 
 
-# Returns a kio response object of the request's (api_key, api_version), or None for "send
-# nothing" (acks=0 produce). Raising closes the connection (see listener.py).
+# Returns a kio response object of the request's (api_key, api_version), an EncodedResponse, or None
+# for "send nothing" (acks=0 produce). Raising closes the connection (see listener.py). A coroutine
+# function gets a task per request; a handler that can answer from callbacks (Produce) returns an
+# asyncio.Future instead and costs no task.
 Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+# (api_key, version, payload, body offset) -> request object: an API's own reader in place of kio's.
+Decoder = Callable[[int, int, "bytes | memoryview", int], Any]
+
+
+class Route(NamedTuple):
+    min_version: int
+    max_version: int
+    handler: Handler
+    decode: Decoder
 
 
 class Router:
@@ -40,15 +52,17 @@ class Router:
         # Imported here: api_versions imports this module for its type hints.
         from kafscale.acceptor.apis import api_versions
 
-        self._routes: dict[int, tuple[int, int, Handler]] = {
-            api_versions.API_KEY: (
+        self._routes: dict[int, Route] = {
+            api_versions.API_KEY: Route(
                 api_versions.MIN_VERSION,
                 api_versions.MAX_VERSION,
                 api_versions.api_versions_handler(self),
+                decode_request,
             )
         }
 
-    def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
+    def register(self, api_key: int, min_version: int, max_version: int, handler: Handler,
+                 decode: Decoder = decode_request) -> None:
         """Serve versions min..max of api_key with handler. Every version must be one kio has
         schemas for; registering a key twice is a programming error."""
         if api_key in self._routes:
@@ -59,24 +73,41 @@ class Router:
             # Fail at start-up, not on the first request, when kio lacks a version.
             request_class(api_key, version)
             response_class(api_key, version)
-        self._routes[api_key] = (min_version, max_version, handler)
+        self._routes[api_key] = Route(min_version, max_version, handler, decode)
 
     def supported(self) -> dict[int, tuple[int, int]]:
         """{api_key: (min_version, max_version)} for every registered API, ApiVersions included;
         exactly what ApiVersions advertises."""
-        return {key: (lo, hi) for key, (lo, hi, _) in sorted(self._routes.items())}
+        return {key: (r.min_version, r.max_version) for key, r in sorted(self._routes.items())}
 
-    def lookup(self, api_key: int) -> tuple[int, int, Handler] | None:
+    def lookup(self, api_key: int) -> Route | None:
         return self._routes.get(api_key)
 
-    async def dispatch(self, ctx: RequestContext, request: Any) -> Any | None:
+    def start(self, ctx: RequestContext, request: Any) -> asyncio.Future[Any]:
+        """Run the handler: a future of its answer (a handler's exception is in the future too)."""
         route = self._routes.get(ctx.api_key)
         if route is None:  # the listener checks first; this guards direct callers
             raise LookupError(f"no handler for API key {ctx.api_key}")
-        if self.observe is None:
-            return await route[2](ctx, request)
+        loop = asyncio.get_running_loop()
         start = time.perf_counter()
         try:
-            return await route[2](ctx, request)
+            answer = route.handler(ctx, request)
+        except Exception as e:
+            answer = loop.create_future()
+            answer.set_exception(e)
+        if not isinstance(answer, asyncio.Future):
+            return loop.create_task(self._observed(ctx.api_key, answer, start))
+        if self.observe is not None:
+            observe, api_key = self.observe, ctx.api_key
+            answer.add_done_callback(lambda _: observe(api_key, time.perf_counter() - start))
+        return answer
+
+    async def dispatch(self, ctx: RequestContext, request: Any) -> Any | None:
+        return await self.start(ctx, request)
+
+    async def _observed(self, api_key: int, answer: Awaitable[Any], start: float) -> Any:
+        try:
+            return await answer
         finally:
-            self.observe(ctx.api_key, time.perf_counter() - start)
+            if self.observe is not None:
+                self.observe(api_key, time.perf_counter() - start)

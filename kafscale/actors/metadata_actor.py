@@ -21,7 +21,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import ActorUnavailableError, RayError, RayTaskError
 
-from kafscale.actors.heap import freeze_startup_heap
+from kafscale.actors.heap import tune_gc_for_serving
 from kafscale.storage.metadata_store import (
     Compare,
     KeyValue,
@@ -54,7 +54,7 @@ class MetadataStoreActor:
         prefix: str = "/kafscale/",
     ) -> None:
         self._store = metadata_store_from_settings(data_dir=data_dir, etcd_endpoints=etcd_endpoints, prefix=prefix)
-        freeze_startup_heap()
+        tune_gc_for_serving()
 
     async def ready(self) -> bool:
         return True

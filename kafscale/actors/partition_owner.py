@@ -129,6 +129,7 @@ class PartitionOwner:
         self._producers = ProducerStates()
         self._open = _Pending()
         self._sealed: deque[_Pending] = deque()
+        self._sealed_bytes = 0  # sum of their nbytes: the buffer check runs on every append
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._data_waiters: set[asyncio.Event] = set()
@@ -201,7 +202,7 @@ class PartitionOwner:
     # ---------------------------------------------------------------- write path
 
     def pending_bytes(self) -> int:
-        return self._open.nbytes + sum(p.nbytes for p in self._sealed)
+        return self._open.nbytes + self._sealed_bytes
 
     async def append(self, records: bytes | bytearray, *, acks: int, deadline: float | None = None) -> AppendOutcome:
         """Assign offsets to the batches in `records` and buffer them for the next flush.
@@ -324,6 +325,7 @@ class PartitionOwner:
     def _seal(self) -> None:
         if self._open.chunks:
             self._sealed.append(self._open)
+            self._sealed_bytes += self._open.nbytes
             self._open = _Pending()
 
     async def _flush_loop(self) -> None:
@@ -419,6 +421,7 @@ class PartitionOwner:
         now = time.monotonic()
         for pending, uploaded in ready:
             self._sealed.popleft()
+            self._sealed_bytes -= pending.nbytes
             meta = SegmentMeta.from_info(uploaded.built.info, uploaded.key_epoch)
             self.segments.append(meta)
             self.high_watermark = meta.last + 1

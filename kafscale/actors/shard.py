@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -25,9 +25,9 @@ from kafscale.actors.partition_owner import (
     AppendOutcome,
     FencedError,
     OwnerSettings,
-    PartitionError,
     PartitionOwner,
 )
+from kafscale.actors.produce_wait import DurableWait, wait_durable
 from kafscale.cluster import keys
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
 from kafscale.config import BrokerConfig
@@ -41,6 +41,7 @@ from kafscale.storage.metadata_store import Compare, MetadataStore, MetadataStor
 from kafscale.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 PROBE_INTERVAL_S = 0.5
 # A new topic's partitions open at creation when the shard hosts at most EARLY_OPEN_MAX of them: a
 # 10,000-partition topic opens on first use instead of as a burst of metadata transactions. Early opens
@@ -277,12 +278,14 @@ class ShardCore:
     # ---------------------------------------------------------------- partition operations
     # Each returns plain values so the same call works locally and forwarded through Ray.
 
-    async def produce_many(self, items: list[tuple[str, int, bytes | bytearray]], acks: int,
-                           timeout_ms: int) -> list[dict[str, Any]]:
-        """One Produce request's partitions, answered in order. Each takes the fast path (try_produce)
-        where it can and queues behind the partition's lock otherwise; acks=all then waits for all of
-        them at once."""
-        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 1) / 1000
+    def start_produce(self, items: list[tuple[str, int, bytearray]], acks: int, timeout_ms: int,
+                      then: Callable[[list[dict[str, Any]]], T]) -> asyncio.Future[T]:
+        """One Produce request's partitions: a future of then(results), results in request order. Each
+        partition takes the fast path (try_produce) where it can and queues behind the partition's lock
+        otherwise. When every partition took the fast path (the steady state) no task runs: the future
+        completes from the owners' durability callbacks (acks=all) or at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 1) / 1000
         results: list[dict[str, Any]] = [{} for _ in items]
         durable: dict[asyncio.Future[None], dict[str, Any]] = {}
         queued: list[int] = []
@@ -290,7 +293,7 @@ class ShardCore:
             for i, (topic, partition, records) in enumerate(items):
                 hit = self.try_produce(topic, partition, records, acks)
                 if hit is None:
-                    # Queued now, not when the coroutine first runs, so that no later request
+                    # Queued now, not when the task first runs, so that no later request
                     # for this partition can take the fast path past this one meanwhile.
                     self._enter_queue((topic, partition))
                     queued.append(i)
@@ -303,13 +306,27 @@ class ShardCore:
                 self._leave_queue(items[i][:2])
             raise
         if queued:
-            waits = [self._produce_queued(*items[i], acks, timeout_ms) for i in queued]
-            answers = await asyncio.gather(*waits, _wait_durable(durable, deadline))
-            for i, answer in zip(queued, answers, strict=False):
-                results[i] = answer
-        elif durable:
-            await _wait_durable(durable, deadline)
-        return results
+            return loop.create_task(self._produce_rest(items, queued, results, durable, acks, timeout_ms,
+                                                       deadline, then))
+        if durable:
+            return DurableWait(loop, durable, deadline, lambda: then(results)).future
+        done: asyncio.Future[T] = loop.create_future()
+        done.set_result(then(results))
+        return done
+
+    async def produce_many(self, items: list[tuple[str, int, bytearray]], acks: int,
+                           timeout_ms: int) -> list[dict[str, Any]]:
+        return await self.start_produce(items, acks, timeout_ms, lambda results: results)
+
+    async def _produce_rest(self, items: list[tuple[str, int, bytearray]], queued: list[int],
+                            results: list[dict[str, Any]], durable: dict[asyncio.Future[None], dict[str, Any]],
+                            acks: int, timeout_ms: int, deadline: float,
+                            then: Callable[[list[dict[str, Any]]], T]) -> T:
+        waits = [self._produce_queued(*items[i], acks, timeout_ms) for i in queued]
+        answers = await asyncio.gather(*waits, wait_durable(durable, deadline))
+        for i, answer in zip(queued, answers, strict=False):
+            results[i] = answer
+        return then(results)
 
     def try_produce(self, topic: str, partition: int, records: bytes | bytearray,
                     acks: int) -> tuple[dict[str, Any], asyncio.Future[None] | None] | None:
@@ -362,7 +379,7 @@ class ShardCore:
         finally:
             self._leave_queue(key)
         if durable is not None and acks == -1 and result["error"] == 0:
-            await _wait_durable({durable: result}, deadline)
+            await wait_durable({durable: result}, deadline)
         return result
 
     async def _append(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
@@ -516,17 +533,3 @@ def _append_result(outcome: AppendOutcome) -> dict[str, Any]:
     return {"error": int(outcome.error), "base_offset": outcome.base_offset,
             "log_append_time": outcome.log_append_time, "log_start_offset": outcome.log_start_offset,
             "message": outcome.message}
-
-
-async def _wait_durable(waiting: dict[asyncio.Future[None], dict[str, Any]], deadline: float) -> None:
-    """Wait until the records behind each future are committed or the deadline passes, and write the
-    outcome into its result. One wait for all of a request's partitions; the futures are not cancelled."""
-    if not waiting:
-        return
-    remaining = deadline - asyncio.get_running_loop().time()
-    await asyncio.wait(waiting, timeout=max(remaining, 0.001))
-    for fut, result in waiting.items():
-        if not fut.done():
-            result["error"] = int(ErrorCode.request_timed_out)
-        elif (exc := fut.exception()) is not None:
-            result["error"] = int(exc.code) if isinstance(exc, PartitionError) else int(ErrorCode.unknown_server_error)

@@ -10,7 +10,7 @@ from typing import Any
 
 import ray
 
-from kafscale.actors.heap import freeze_startup_heap
+from kafscale.actors.heap import tune_gc_for_serving
 from kafscale.actors.shard import ShardAddress, ShardCore
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
@@ -75,7 +75,7 @@ class ShardActor:
 
         mirror = RayMirror(core.metrics.registry, self.shard_id)
         self._ray_metrics = asyncio.get_running_loop().create_task(mirror.run())
-        freeze_startup_heap()
+        tune_gc_for_serving()
         return address
 
     async def start(self) -> tuple[int, str, int]:
@@ -111,7 +111,8 @@ class ShardActor:
         event_loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
         return {"shard": self.shard_id, "pid": os.getpid(), "port": core.listener.port, "owners": len(core.owners),
                 "connections": core.listener.connections, "s3": core.objects.state().name.lower(),
-                "event_loop": event_loop, "frozen_objects": gc.get_freeze_count()}
+                "event_loop": event_loop, "frozen_objects": gc.get_freeze_count(),
+                "gc_thresholds": list(gc.get_threshold())}
 
     async def stop(self) -> None:
         if self.core is not None:

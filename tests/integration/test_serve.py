@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafscale.actors.heap import SERVING_GC_THRESHOLDS
 from kafscale.protocol.errors import ErrorCode
 from kafscale.ray_runtime import LocalRayHead
 from kafscale.testing.etcd_server import EtcdServer
@@ -96,15 +97,17 @@ def test_serve_produces_consumes_and_stops_cleanly(tmp_path: Path) -> None:
 
 
 def test_shards_run_on_uvloop_with_their_startup_heap_out_of_the_gc(tmp_path: Path) -> None:
-    """The two process settings the broker's speed rests on (docs/performance.md, session 6): Ray runs
-    the shard's event loop on uvloop, and the objects loaded at startup are frozen out of the cycle
-    collector. Either one silently lost (a Ray upgrade, a missing wheel) costs 15-40 % of throughput."""
+    """The process settings the broker's speed rests on (docs/performance.md, sessions 6 and 9): Ray runs
+    the shard's event loop on uvloop, the objects loaded at startup are frozen out of the cycle
+    collector, and the collector runs with the serving thresholds. Any one silently lost (a Ray upgrade,
+    a missing wheel) costs 10-40 % of throughput."""
     with ServeProcess(tmp_path / "data", shards=1) as serve:
-        match = re.search(r"shard 0 listening on \S+ \(.*, (\w+) event loop, GC skips (\d+) startup objects\)",
-                          serve.log_text())
+        match = re.search(r"shard 0 listening on \S+ \(.*, (\w+) event loop, GC skips (\d+) startup objects, "
+                          r"thresholds \[(\d+), (\d+), (\d+)\]\)", serve.log_text())
         assert match, f"no shard line in the serve log: {serve.log_text()[-2000:]}"
         assert match.group(1) == "uvloop"
         assert int(match.group(2)) > 10_000, "the startup heap was not frozen"
+        assert tuple(int(match.group(i)) for i in (3, 4, 5)) == SERVING_GC_THRESHOLDS
 
 
 def test_acknowledged_records_survive_kill_9(tmp_path: Path, store_args: list[str]) -> None:

@@ -10,63 +10,59 @@ every partition in them is answered UNSUPPORTED_VERSION.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.acceptor.apis.common import NO_THROTTLE, make, ms, response_module, to_datetime
 from kafscale.acceptor.router import RequestContext, Router
+from kafscale.protocol.produce_codec import (
+    API_KEY,
+    EncodedResponse,
+    ProduceRequestData,
+    encode_produce_response,
+    read_produce_request,
+)
 
 if TYPE_CHECKING:
     from kafscale.actors.shard import ShardCore
 
-API_KEY, MIN_VERSION, MAX_VERSION = 0, 0, 11
+MIN_VERSION, MAX_VERSION = 0, 11
 FIRST_SERVED_VERSION = 3  # v0-v2 carry legacy (magic 0/1) message sets
 
 
 def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any | None:
-        acks = int(req.acks)
-        timeout_ms = ms(req.timeout, 30_000)
-        jobs: list[tuple[str, int, Any]] = []
+    # Not a coroutine: the answer is a future the shard completes from its callbacks (no task per
+    # request, see kafscale.actors.produce_wait), and the request is read by produce_codec, not kio.
+    def handle(ctx: RequestContext, req: ProduceRequestData) -> asyncio.Future[EncodedResponse | None]:
+        acks = req.acks
+        jobs: list[tuple[str, int, bytearray]] = []
         errors: dict[tuple[str, int], dict[str, Any]] = {}
         for topic in req.topic_data:
             for part in topic.partition_data:
-                key = (topic.name, int(part.index))
+                key = (topic.name, part.index)
                 if ctx.api_version < FIRST_SERVED_VERSION:
                     errors[key] = {"error": int(ErrorCode.unsupported_version)}
                 elif acks not in (-1, 0, 1):
                     errors[key] = {"error": int(ErrorCode.invalid_required_acks)}
-                elif getattr(req, "transactional_id", None) is not None:
+                elif req.transactional_id is not None:
                     errors[key] = {"error": int(ErrorCode.transactional_id_authorization_failed)}
                 elif part.records is None:
                     errors[key] = {"error": int(ErrorCode.invalid_record), "message": "no records"}
                 else:
-                    jobs.append((topic.name, int(part.index), part.records))
-        # One copy of each partition's records, which the owner then takes over and patches in place.
-        results = await shard.produce_many([(t, p, bytearray(r)) for t, p, r in jobs], acks, timeout_ms)
-        answers = dict(errors)
-        for (t, p, _), result in zip(jobs, results, strict=True):
-            answers[(t, p)] = result
-        if acks == 0:
-            return None
-        mod = response_module(ctx)
-        topics = []
-        for topic in req.topic_data:
-            partitions = []
-            for part in topic.partition_data:
-                r = answers[(topic.name, int(part.index))]
-                partitions.append(make(
-                    mod.PartitionProduceResponse,
-                    index=part.index,
-                    error_code=ErrorCode(r["error"]),
-                    base_offset=r.get("base_offset", -1) if r["error"] == 0 else -1,
-                    log_append_time=to_datetime(r.get("log_append_time", -1)),
-                    log_start_offset=r.get("log_start_offset", -1),
-                    record_errors=(),
-                    error_message=r.get("message") if r["error"] else None,
-                ))
-            topics.append(make(mod.TopicProduceResponse, name=topic.name, partition_responses=tuple(partitions)))
-        return make(mod.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)
+                    jobs.append((topic.name, part.index, part.records))  # the reader's own copy
 
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+        def answer(results: list[dict[str, Any]]) -> EncodedResponse | None:
+            if acks == 0:
+                return None
+            answers = dict(errors)
+            for (t, p, _), result in zip(jobs, results, strict=True):
+                answers[(t, p)] = result
+            return encode_produce_response(ctx.api_version, ctx.correlation_id, [
+                (topic.name, [(part.index, answers[(topic.name, part.index)]) for part in topic.partition_data])
+                for topic in req.topic_data
+            ])
+
+        return shard.start_produce(jobs, acks, req.timeout_ms, answer)
+
+    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle, decode=read_produce_request)

@@ -887,7 +887,7 @@ async def test_requests_arriving_while_owner_opens_keep_arrival_order(tmp_path: 
 
 
 async def test_a_request_on_the_fast_path_does_not_overtake_a_queued_one(tmp_path: Path) -> None:
-    """produce_many queues a partition it cannot append to at once before it yields, so a later
+    """start_produce queues a partition it cannot append to at once before it returns, so a later
     request that finds the partition ready still lines up behind it."""
     async with _shard_core(tmp_path) as core:
         await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"warm")))], -1, 5000)
@@ -897,6 +897,26 @@ async def test_a_request_on_the_fast_path_does_not_overtake_a_queued_one(tmp_pat
         core.topics.topics["fresh"] = info  # the event arrives: the partition is ready for the fast path
         second = await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"B")))], 1, 5000)
         assert [r["base_offset"] for r in await first + second] == [1, 2]
+
+
+async def test_a_queued_request_cancelled_before_it_ran_leaves_the_fast_path_open(tmp_path: Path) -> None:
+    """The listener cancels the answers of a connection that went away, possibly in the same loop
+    iteration as the request arrived. A partition's queued mark must not outlive that: otherwise every
+    later produce to it takes the slow path (a lock and a task) until the shard restarts."""
+    async with _shard_core(tmp_path) as core:
+        await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"warm")))], -1, 5000)
+        info = core.topics.topics.pop("fresh")  # the partition is not ready: the request queues
+        answer = core.start_produce([("fresh", 0, bytearray(_one_record_batch(b"A")))], 1, 5000, lambda r: r)
+        assert ("fresh", 0) in core._queued
+        answer.cancel()  # before the request's task or its queued append ever ran
+        core.topics.topics["fresh"] = info
+        await eventually(lambda: ("fresh", 0) not in core._queued, "queued mark undone")
+        assert core.try_produce("fresh", 0, bytearray(_one_record_batch(b"B")), 1) is not None
+        # The queued append itself cancelled before its first step: its own `finally` never runs.
+        append = core._queue_produce("fresh", 0, bytearray(_one_record_batch(b"C")), 1, 5000)
+        append.cancel()
+        await eventually(lambda: append.done() and ("fresh", 0) not in core._queued, "cancelled append unmarked")
+        assert append.cancelled()
 
 
 async def test_produce_many_answers_every_partition_in_request_order(tmp_path: Path) -> None:

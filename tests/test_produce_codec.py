@@ -120,12 +120,26 @@ def test_a_request_may_declare_at_most_max_elements_in_total() -> None:
     (8, struct.pack(">hhih", -2, 1, 1, 0), "negative transactional id length"),
     (8, struct.pack(">hhiih", -1, 1, 1, 1, 1) + b"t" + struct.pack(">iii", 1, 0, -2), "negative records length"),
     (8, struct.pack(">hhiih", -1, 1, 1, 1, 1) + b"\xff" + struct.pack(">i", 0), "utf-8"),
+    (9, b"\x00" + struct.pack(">hi", 1, 1) + varint_bytes(2) + varint_bytes(0x8001) + b"t" * 0x8000 + b"\x01\x00",
+     "topic name of 32768 bytes is longer than a string may be"),
 ])
 def test_inconsistent_fields_are_malformed_requests_that_name_the_field(version: int, body: bytes,
                                                                         reason: str) -> None:
     payload, offset = _body(version, body)
     with pytest.raises(MalformedRequest, match=reason):
         read_produce_request(0, version, payload, offset)
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 11])
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=200))
+def test_any_bytes_read_as_a_request_or_a_malformed_request(version: int, body: bytes) -> None:
+    payload, offset = _body(version, body)
+    try:
+        req = read_produce_request(0, version, payload, offset)
+    except MalformedRequest:
+        return
+    assert all(isinstance(t.name, str) for t in req.topic_data)
 
 
 def test_unknown_tagged_fields_are_skipped_and_trailing_bytes_ignored() -> None:

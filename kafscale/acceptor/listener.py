@@ -1,12 +1,13 @@
 """The asyncio TCP listener every broker shard runs: framing, header checks, pipelined dispatch.
 
-Each connection is an asyncio.BufferedProtocol plus one writer task, and one task per request:
+Each connection is an asyncio.BufferedProtocol plus one writer task, and one answer per request:
 
 * reading is callback-driven: the transport receives straight into the FrameAssembler's
   buffers (protocol/framing.py: a large produce request lands in a pooled buffer, copied once);
-  each complete frame is parsed, its body decoded and its handler started as its own task right
-  away, so a long-polling Fetch does not hold up a Produce sent after it on the same connection;
-* the writer task awaits those tasks strictly in arrival order and writes their responses,
+  each complete frame is parsed, its body decoded and its handler started right away (a task of
+  its own, or for Produce a future the shard completes from callbacks: `Router.start`), so a
+  long-polling Fetch does not hold up a Produce sent after it on the same connection;
+* the writer task awaits those answers strictly in arrival order and writes their responses,
   because Kafka clients match responses to requests by order (Kafka itself serves one request
   per connection at a time, muting the socket meanwhile). A handler returning None (acks=0)
   produces no bytes and the writer moves straight on. Responses that are ready together go out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,10 +31,10 @@ class RequestContext:
     listener: Listener  # .host / .port / .advertised_host of the listener that got the request
 
 
-# Returns a kio response object of the request's (api_key, api_version), an EncodedResponse, or None
+# Answers a kio response object of the request's (api_key, api_version), an EncodedResponse, or None
 # for "send nothing" (acks=0 produce). Raising closes the connection (see listener.py). A coroutine
-# function gets a task per request; a handler that can answer from callbacks (Produce) returns an
-# asyncio.Future instead and costs no task.
+# function gets a task per request; a plain function that can answer from callbacks (Produce) returns
+# an asyncio.Future instead and costs no task.
 Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
 # (api_key, version, payload, body offset) -> request object: an API's own reader in place of kio's.
 Decoder = Callable[[int, int, "bytes | memoryview", int], Any]
@@ -44,6 +45,7 @@ class Route(NamedTuple):
     max_version: int
     handler: Handler
     decode: Decoder
+    gets_task: bool  # a coroutine function: each request runs in a task of its own
 
 
 class Router:
@@ -58,6 +60,7 @@ class Router:
                 api_versions.MAX_VERSION,
                 api_versions.api_versions_handler(self),
                 decode_request,
+                gets_task=True,
             )
         }
 
@@ -73,7 +76,8 @@ class Router:
             # Fail at start-up, not on the first request, when kio lacks a version.
             request_class(api_key, version)
             response_class(api_key, version)
-        self._routes[api_key] = Route(min_version, max_version, handler, decode)
+        self._routes[api_key] = Route(min_version, max_version, handler, decode,
+                                      gets_task=_is_coroutine_function(handler))
 
     def supported(self) -> dict[int, tuple[int, int]]:
         """{api_key: (min_version, max_version)} for every registered API, ApiVersions included;
@@ -90,24 +94,31 @@ class Router:
             raise LookupError(f"no handler for API key {ctx.api_key}")
         loop = asyncio.get_running_loop()
         start = time.perf_counter()
+        if route.gets_task:
+            # The coroutine is made inside the task: a task cancelled before its first step (its
+            # connection went away) then leaves no coroutine behind that was never awaited.
+            return loop.create_task(self._run(route.handler, ctx, request, start))
         try:
             answer = route.handler(ctx, request)
         except Exception as e:
             answer = loop.create_future()
             answer.set_exception(e)
-        if not isinstance(answer, asyncio.Future):
-            return loop.create_task(self._observed(ctx.api_key, answer, start))
         if self.observe is not None:
             observe, api_key = self.observe, ctx.api_key
             answer.add_done_callback(lambda _: observe(api_key, time.perf_counter() - start))
-        return answer
+        return answer  # type: ignore[return-value]  # a handler that is no coroutine function returns a future
 
     async def dispatch(self, ctx: RequestContext, request: Any) -> Any | None:
         return await self.start(ctx, request)
 
-    async def _observed(self, api_key: int, answer: Awaitable[Any], start: float) -> Any:
+    async def _run(self, handler: Handler, ctx: RequestContext, request: Any, start: float) -> Any:
         try:
-            return await answer
+            return await handler(ctx, request)
         finally:
             if self.observe is not None:
-                self.observe(api_key, time.perf_counter() - start)
+                self.observe(ctx.api_key, time.perf_counter() - start)
+
+
+def _is_coroutine_function(handler: Handler) -> bool:
+    """An `async def` function, or an object whose __call__ is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)

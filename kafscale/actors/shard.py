@@ -288,26 +288,22 @@ class ShardCore:
         deadline = loop.time() + max(timeout_ms, 1) / 1000
         results: list[dict[str, Any]] = [{} for _ in items]
         durable: dict[asyncio.Future[None], dict[str, Any]] = {}
-        queued: list[int] = []
+        queued: dict[int, asyncio.Task[dict[str, Any]]] = {}
         try:
             for i, (topic, partition, records) in enumerate(items):
                 hit = self.try_produce(topic, partition, records, acks)
                 if hit is None:
-                    # Queued now, not when the task first runs, so that no later request
-                    # for this partition can take the fast path past this one meanwhile.
-                    self._enter_queue((topic, partition))
-                    queued.append(i)
+                    queued[i] = self._queue_produce(topic, partition, records, acks, timeout_ms)
                     continue
                 results[i], fut = hit
                 if fut is not None and acks == -1 and results[i]["error"] == 0:
                     durable[fut] = results[i]
         except BaseException:
-            for i in queued:
-                self._leave_queue(items[i][:2])
+            for task in queued.values():
+                task.cancel()
             raise
         if queued:
-            return loop.create_task(self._produce_rest(items, queued, results, durable, acks, timeout_ms,
-                                                       deadline, then))
+            return loop.create_task(self._produce_rest(queued, results, durable, deadline, then))
         if durable:
             return DurableWait(loop, durable, deadline, lambda: then(results)).future
         done: asyncio.Future[T] = loop.create_future()
@@ -318,12 +314,10 @@ class ShardCore:
                            timeout_ms: int) -> list[dict[str, Any]]:
         return await self.start_produce(items, acks, timeout_ms, lambda results: results)
 
-    async def _produce_rest(self, items: list[tuple[str, int, bytearray]], queued: list[int],
-                            results: list[dict[str, Any]], durable: dict[asyncio.Future[None], dict[str, Any]],
-                            acks: int, timeout_ms: int, deadline: float,
+    async def _produce_rest(self, queued: dict[int, asyncio.Task[dict[str, Any]]], results: list[dict[str, Any]],
+                            durable: dict[asyncio.Future[None], dict[str, Any]], deadline: float,
                             then: Callable[[list[dict[str, Any]]], T]) -> T:
-        waits = [self._produce_queued(*items[i], acks, timeout_ms) for i in queued]
-        answers = await asyncio.gather(*waits, wait_durable(durable, deadline))
+        answers = await asyncio.gather(*queued.values(), wait_durable(durable, deadline))
         for i, answer in zip(queued, answers, strict=False):
             results[i] = answer
         return then(results)
@@ -352,6 +346,24 @@ class ShardCore:
         self._enter_queue((topic, partition))
         return await self._produce_queued(topic, partition, records, acks, timeout_ms)
 
+    def _queue_produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                       timeout_ms: int) -> asyncio.Task[dict[str, Any]]:
+        """Mark the partition queued now, so that no later request takes the fast path past this one, and
+        append behind its lock in a task. The mark is undone however the task ends: also when it is
+        cancelled before its first step (its connection went away), which its own `finally` never sees."""
+        key = (topic, partition)
+        self._enter_queue(key)
+        marked = [True]
+        task = asyncio.get_running_loop().create_task(
+            self._produce_queued(topic, partition, records, acks, timeout_ms, marked))
+
+        def unmark(_: asyncio.Task[dict[str, Any]]) -> None:
+            if marked[0]:
+                self._leave_queue(key)
+
+        task.add_done_callback(unmark)
+        return task
+
     def _enter_queue(self, key: tuple[str, int]) -> None:
         self._queued[key] = self._queued.get(key, 0) + 1
 
@@ -362,7 +374,7 @@ class ShardCore:
             self._queued[key] -= 1
 
     async def _produce_queued(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
-                              timeout_ms: int) -> dict[str, Any]:
+                              timeout_ms: int, marked: list[bool] | None = None) -> dict[str, Any]:
         # Offsets must follow arrival order. asyncio.Lock is FIFO, so holding it from arrival until
         # the owner has assigned offsets keeps a request that came later (e.g. while the owner was
         # still opening) from overtaking an earlier one; _queued keeps try_produce from doing so.
@@ -378,6 +390,8 @@ class ShardCore:
                 result, durable = await self._append(topic, partition, records, acks, deadline)
         finally:
             self._leave_queue(key)
+            if marked is not None:
+                marked[0] = False
         if durable is not None and acks == -1 and result["error"] == 0:
             await wait_durable({durable: result}, deadline)
         return result

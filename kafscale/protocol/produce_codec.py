@@ -129,6 +129,8 @@ class _Reader:
         n = self.length(_I16)
         if n < -1:
             raise ValueError(f"negative {what} length {n}")
+        if n > 0x7FFF:  # what an int16 length allows; Kafka's readers refuse longer compact strings too
+            raise ValueError(f"{what} of {n} bytes is longer than a string may be")
         if n == -1:
             return None
         start = self.take(n)

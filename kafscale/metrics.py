@@ -52,12 +52,12 @@ class PartitionMetrics:
         self._flush_bytes = shard.flush_bytes
         self._flush_seconds = shard.flush_seconds
 
-    def appended(self, nbytes: int, records: int) -> None:
-        self._bytes_in.inc(nbytes)
+    def flushed(self, batch_bytes: int, records: int, segment_bytes: int, seconds: float) -> None:
+        """A segment committed. Produced bytes and records are counted here, once per segment rather than
+        per Produce request (one per partition and linger from librdkafka): they count what is stored."""
+        self._bytes_in.inc(batch_bytes)
         self._records_in.inc(records)
-
-    def flushed(self, nbytes: int, seconds: float) -> None:
-        self._flush_bytes.observe(nbytes)
+        self._flush_bytes.observe(segment_bytes)
         self._flush_seconds.observe(seconds)
 
 

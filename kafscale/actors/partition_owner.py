@@ -270,8 +270,6 @@ class PartitionOwner:
         pending.chunks.append(buf)
         pending.nbytes += len(buf)
         pending.last_offset = self.next_offset - 1
-        if self.metrics is not None:
-            self.metrics.appended(len(buf), self.next_offset - base)
         outcome = AppendOutcome(base_offset=base, log_append_time=now_ms if log_append else -1,
                                 log_start_offset=self.log_start_offset)
         if acks != 0:
@@ -427,7 +425,8 @@ class PartitionOwner:
             self.high_watermark = meta.last + 1
             self.reader.cache_built(meta, uploaded.built)
             if self.metrics is not None:
-                self.metrics.flushed(len(uploaded.built.data), now - uploaded.started)
+                self.metrics.flushed(pending.nbytes, pending.last_offset - pending.first_offset + 1,
+                                     len(uploaded.built.data), now - uploaded.started)
             for fut in pending.waiters:
                 if not fut.done():
                     fut.set_result(None)

@@ -105,7 +105,11 @@ class _Reader:
         return start
 
     def uvarint(self) -> int:
-        value, self.pos = read_uvarint(self.buf, self.pos, self.end)
+        pos = self.pos
+        if pos < self.end and (first := self.buf[pos]) < 0x80:  # lengths and counts below 128: one byte
+            self.pos = pos + 1
+            return first
+        value, self.pos = read_uvarint(self.buf, pos, self.end)
         return value
 
     def length(self, legacy: struct.Struct) -> int:

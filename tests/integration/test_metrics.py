@@ -181,10 +181,10 @@ def test_metrics_mirrored_to_ray(ray_runtime: Any) -> None:
 
             m = ShardMetrics()
             m.observe_request(0, 0.002)
-            m.partition("t").appended(100, 3)
+            m.partition("t").flushed(100, 3, 161, 0.05)
             mirror = RayMirror(m.registry, 0)
             first = mirror.push()
-            m.partition("t").appended(50, 1)
+            m.partition("t").flushed(50, 1, 111, 0.05)
             return first + mirror.push()
 
     probe = Probe.remote()

@@ -913,7 +913,8 @@ async def test_a_queued_request_cancelled_before_it_ran_leaves_the_fast_path_ope
         await eventually(lambda: ("fresh", 0) not in core._queued, "queued mark undone")
         assert core.try_produce("fresh", 0, bytearray(_one_record_batch(b"B")), 1) is not None
         # The queued append itself cancelled before its first step: its own `finally` never runs.
-        append = core._queue_produce("fresh", 0, bytearray(_one_record_batch(b"C")), 1, 5000)
+        append = core._queue_append("fresh", 0, bytearray(_one_record_batch(b"C")), 1,
+                                    asyncio.get_running_loop().time() + 5)
         append.cancel()
         await eventually(lambda: append.done() and ("fresh", 0) not in core._queued, "cancelled append unmarked")
         assert append.cancelled()

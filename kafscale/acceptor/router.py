@@ -108,9 +108,6 @@ class Router:
             answer.add_done_callback(lambda _: observe(api_key, time.perf_counter() - start))
         return answer  # type: ignore[return-value]  # a handler that is no coroutine function returns a future
 
-    async def dispatch(self, ctx: RequestContext, request: Any) -> Any | None:
-        return await self.start(ctx, request)
-
     async def _run(self, handler: Handler, ctx: RequestContext, request: Any, start: float) -> Any:
         try:
             return await handler(ctx, request)

@@ -288,12 +288,12 @@ class ShardCore:
         deadline = loop.time() + max(timeout_ms, 1) / 1000
         results: list[dict[str, Any]] = [{} for _ in items]
         durable: dict[asyncio.Future[None], dict[str, Any]] = {}
-        queued: dict[int, asyncio.Task[dict[str, Any]]] = {}
+        queued: dict[int, asyncio.Task[tuple[dict[str, Any], asyncio.Future[None] | None]]] = {}
         try:
             for i, (topic, partition, records) in enumerate(items):
                 hit = self.try_produce(topic, partition, records, acks)
                 if hit is None:
-                    queued[i] = self._queue_produce(topic, partition, records, acks, timeout_ms)
+                    queued[i] = self._queue_append(topic, partition, records, acks, deadline)
                     continue
                 results[i], fut = hit
                 if fut is not None and acks == -1 and results[i]["error"] == 0:
@@ -303,7 +303,7 @@ class ShardCore:
                 task.cancel()
             raise
         if queued:
-            return loop.create_task(self._produce_rest(queued, results, durable, deadline, then))
+            return loop.create_task(self._produce_rest(queued, results, durable, acks, deadline, then))
         if durable:
             return DurableWait(loop, durable, deadline, lambda: then(results)).future
         done: asyncio.Future[T] = loop.create_future()
@@ -314,12 +314,15 @@ class ShardCore:
                            timeout_ms: int) -> list[dict[str, Any]]:
         return await self.start_produce(items, acks, timeout_ms, lambda results: results)
 
-    async def _produce_rest(self, queued: dict[int, asyncio.Task[dict[str, Any]]], results: list[dict[str, Any]],
-                            durable: dict[asyncio.Future[None], dict[str, Any]], deadline: float,
-                            then: Callable[[list[dict[str, Any]]], T]) -> T:
-        answers = await asyncio.gather(*queued.values(), wait_durable(durable, deadline))
-        for i, answer in zip(queued, answers, strict=False):
-            results[i] = answer
+    async def _produce_rest(self, queued: dict[int, asyncio.Task[tuple[dict[str, Any], asyncio.Future[None] | None]]],
+                            results: list[dict[str, Any]], durable: dict[asyncio.Future[None], dict[str, Any]],
+                            acks: int, deadline: float, then: Callable[[list[dict[str, Any]]], T]) -> T:
+        appended = await asyncio.gather(*queued.values())
+        for i, (result, fut) in zip(queued, appended, strict=True):
+            results[i] = result
+            if fut is not None and acks == -1 and result["error"] == 0:
+                durable[fut] = result
+        await wait_durable(durable, deadline)
         return then(results)
 
     def try_produce(self, topic: str, partition: int, records: bytes | bytearray,
@@ -343,25 +346,24 @@ class ShardCore:
     async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
                       timeout_ms: int) -> dict[str, Any]:
         """One partition's records through the queue (also the call other shards forward)."""
-        self._enter_queue((topic, partition))
-        return await self._produce_queued(topic, partition, records, acks, timeout_ms)
+        # The request timeout bounds the whole request: queueing, opening the owner, back-pressure
+        # and the wait for durability, so that a sick store gets a retriable answer in time.
+        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 1) / 1000
+        result, durable = await self._queue_append(topic, partition, records, acks, deadline)
+        if durable is not None and acks == -1 and result["error"] == 0:
+            await wait_durable({durable: result}, deadline)
+        return result
 
-    def _queue_produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
-                       timeout_ms: int) -> asyncio.Task[dict[str, Any]]:
+    def _queue_append(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                      deadline: float) -> asyncio.Task[tuple[dict[str, Any], asyncio.Future[None] | None]]:
         """Mark the partition queued now, so that no later request takes the fast path past this one, and
-        append behind its lock in a task. The mark is undone however the task ends: also when it is
-        cancelled before its first step (its connection went away), which its own `finally` never sees."""
+        append behind its lock in a task. The mark goes when the task ends, however it ends: also when it
+        is cancelled before its first step (its connection went away)."""
         key = (topic, partition)
         self._enter_queue(key)
-        marked = [True]
-        task = asyncio.get_running_loop().create_task(
-            self._produce_queued(topic, partition, records, acks, timeout_ms, marked))
-
-        def unmark(_: asyncio.Task[dict[str, Any]]) -> None:
-            if marked[0]:
-                self._leave_queue(key)
-
-        task.add_done_callback(unmark)
+        task = asyncio.get_running_loop().create_task(self._append_in_order(topic, partition, records, acks,
+                                                                            deadline))
+        task.add_done_callback(lambda _: self._leave_queue(key))
         return task
 
     def _enter_queue(self, key: tuple[str, int]) -> None:
@@ -373,8 +375,8 @@ class ShardCore:
         else:
             self._queued[key] -= 1
 
-    async def _produce_queued(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
-                              timeout_ms: int, marked: list[bool] | None = None) -> dict[str, Any]:
+    async def _append_in_order(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                               deadline: float) -> tuple[dict[str, Any], asyncio.Future[None] | None]:
         # Offsets must follow arrival order. asyncio.Lock is FIFO, so holding it from arrival until
         # the owner has assigned offsets keeps a request that came later (e.g. while the owner was
         # still opening) from overtaking an earlier one; _queued keeps try_produce from doing so.
@@ -382,19 +384,8 @@ class ShardCore:
         lock = self._append_locks.get(key)
         if lock is None:
             lock = self._append_locks[key] = asyncio.Lock()
-        # The request timeout bounds the whole request: queueing, opening the owner, back-pressure
-        # and the wait for durability, so that a sick store gets a retriable answer in time.
-        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 1) / 1000
-        try:
-            async with lock:
-                result, durable = await self._append(topic, partition, records, acks, deadline)
-        finally:
-            self._leave_queue(key)
-            if marked is not None:
-                marked[0] = False
-        if durable is not None and acks == -1 and result["error"] == 0:
-            await wait_durable({durable: result}, deadline)
-        return result
+        async with lock:
+            return await self._append(topic, partition, records, acks, deadline)
 
     async def _append(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
                       deadline: float) -> tuple[dict[str, Any], asyncio.Future[None] | None]:

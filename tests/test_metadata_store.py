@@ -2,8 +2,8 @@
 
 embedded: EmbeddedStore on a temporary SQLite file; etcd: EtcdStore on the session's real etcd, under a
 key prefix of its own; remote: RemoteMetadataStore -> MetadataStoreActor (hosting an EmbeddedStore)
-on the session's local Ray. Backend-specific behaviour (etcd server restarts, the embedded file) is
-tested at the end.
+on the session's local Ray, through the actor's direct channel; remote-ray: the same with Ray calls
+only. Backend-specific behaviour (etcd server restarts, the embedded file) is tested at the end.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from kafscale.testing.ports import free_port
 
 T = TypeVar("T")
 
-BACKENDS = ["embedded", pytest.param("etcd", marks=pytest.mark.etcd), "remote"]
+# remote: through the actor's direct channel (a client on its node); remote-ray: every call a Ray call.
+BACKENDS = ["embedded", pytest.param("etcd", marks=pytest.mark.etcd), "remote", "remote-ray"]
 TTL = 1  # seconds; etcd's floor is 1.5 election timeouts rounded up: 1 s with EtcdServer's raft timing
 
 
@@ -68,7 +69,7 @@ class Backend:
             if self.actor is None:
                 self.actor = MetadataStoreActor.remote(data_dir=str(self.tmp_path))
                 await self.actor.ready.remote()
-            store = RemoteMetadataStore(self.actor, poll_timeout=2.0)
+            store = RemoteMetadataStore(self.actor, poll_timeout=2.0, direct=self.name == "remote")
         self.stores.append(store)
         return store
 
@@ -100,7 +101,7 @@ def backend_env(request: pytest.FixtureRequest) -> tuple[str, Any]:
     name: str = request.param
     if name == "etcd":
         return name, request.getfixturevalue("etcd_server")
-    if name == "remote":
+    if name.startswith("remote"):
         return name, request.getfixturevalue("ray_runtime")
     return name, None
 

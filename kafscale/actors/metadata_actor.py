@@ -7,12 +7,16 @@ RemoteMetadataStore. (With etcd, shards normally connect to etcd themselves; the
 Watches cross the process boundary as long polls: wait_events(prefix, after_revision, timeout) returns
 the next events after a revision. The client always asks for "after the last revision I delivered", so
 a remote watch neither misses nor repeats an event, whatever happens to a single call.
+
+The other calls (flush commits above all) go over the actor's direct channel when the client is on the
+same node (kafscale.actors.metadata_channel): a Ray call costs far more CPU than the store's own work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -22,6 +26,7 @@ from ray.actor import ActorHandle
 from ray.exceptions import ActorUnavailableError, RayError, RayTaskError
 
 from kafscale.actors.heap import tune_gc_for_serving
+from kafscale.actors.metadata_channel import UNARY_CALLS, ChannelClient, ChannelServer, decode_result, encode_args
 from kafscale.storage.metadata_store import (
     Compare,
     KeyValue,
@@ -36,6 +41,8 @@ from kafscale.storage.metadata_stores import metadata_store_from_settings
 _POLL_TIMEOUT = 10.0
 _MAX_EVENTS = 1000
 _UNAVAILABLE_BACKOFF_MAX = 2.0
+
+log = logging.getLogger(__name__)
 
 
 @ray.remote(num_cpus=0, max_concurrency=10_000)
@@ -54,10 +61,26 @@ class MetadataStoreActor:
         prefix: str = "/kafscale/",
     ) -> None:
         self._store = metadata_store_from_settings(data_dir=data_dir, etcd_endpoints=etcd_endpoints, prefix=prefix)
+        self._channel: asyncio.Task[ChannelServer] | None = None
+        self._closed = False
         tune_gc_for_serving()
 
     async def ready(self) -> bool:
         return True
+
+    async def channel(self) -> tuple[str, str, bytes]:
+        """(node id, address, token) of the direct channel for clients on this node; started on first use."""
+        if self._closed:
+            raise MetadataStoreError("store is closed")
+        if self._channel is None:
+            self._channel = asyncio.get_running_loop().create_task(self._start_channel())
+        server = await asyncio.shield(self._channel)
+        return ray.get_runtime_context().get_node_id(), server.address, server.token
+
+    async def _start_channel(self) -> ChannelServer:
+        server = ChannelServer(self._store)
+        await server.start()
+        return server
 
     async def get(self, key: str) -> KeyValue | None:
         return await self._store.get(key)
@@ -129,28 +152,35 @@ class MetadataStoreActor:
                     await task
 
     async def close(self) -> None:
+        self._closed = True
+        if self._channel is not None:
+            (await asyncio.shield(self._channel)).close()
         await self._store.close()
 
 
-def _rebuild(handle: ActorHandle, poll_timeout: float) -> RemoteMetadataStore:
-    return RemoteMetadataStore(handle, poll_timeout=poll_timeout)
+def _rebuild(handle: ActorHandle, poll_timeout: float, direct: bool = True) -> RemoteMetadataStore:
+    return RemoteMetadataStore(handle, poll_timeout=poll_timeout, direct=direct)
 
 
 class RemoteMetadataStore(MetadataStore):
     """A MetadataStore whose every call runs in a MetadataStoreActor.
 
     Picklable (it carries only the actor handle), so it can be passed to other actors. close() ends this
-    client's watches; the actor and its store stay up for the other clients.
+    client's watches; the actor and its store stay up for the other clients. direct=False keeps every
+    call on Ray (the channel is opened on the first call otherwise, if the actor is on this node).
     """
 
-    def __init__(self, handle: ActorHandle, *, poll_timeout: float = _POLL_TIMEOUT) -> None:
+    def __init__(self, handle: ActorHandle, *, poll_timeout: float = _POLL_TIMEOUT, direct: bool = True) -> None:
         self._handle = handle
         self._poll_timeout = poll_timeout
+        self._direct = direct
+        self._channel: ChannelClient | None = None
+        self._opening: asyncio.Task[ChannelClient | None] | None = None
         self._closed = False
         self._closing: asyncio.Event | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _rebuild, (self._handle, self._poll_timeout)
+        return _rebuild, (self._handle, self._poll_timeout, self._direct)
 
     @property
     def handle(self) -> ActorHandle:
@@ -159,6 +189,38 @@ class RemoteMetadataStore(MetadataStore):
     async def _call(self, method: str, *args: Any) -> Any:
         if self._closed:
             raise MetadataStoreError("store is closed")
+        if self._direct and method in UNARY_CALLS:
+            channel = self._channel
+            if channel is None or not channel.open or channel.loop is not asyncio.get_running_loop():
+                channel = await self._open_channel()
+            if channel is not None:
+                return decode_result(method, args, await channel.call(method, encode_args(method, args)))
+        return await self._ray_call(method, *args)
+
+    async def _open_channel(self) -> ChannelClient | None:
+        """The channel to use (opened once per loop and again after it broke), or None: Ray calls."""
+        loop = asyncio.get_running_loop()
+        opening = self._opening
+        if opening is None or opening.get_loop() is not loop or (opening.done() and not _still_good(opening)):
+            opening = self._opening = loop.create_task(self._connect())
+        return await asyncio.shield(opening)
+
+    async def _connect(self) -> ChannelClient | None:
+        node, address, token = await self._ray_call("channel")
+        try:
+            here = ray.get_runtime_context().get_node_id()
+        except Exception:  # Ray not initialised in this process: the handle works, node ids cannot be told
+            here = None
+        if node != here:
+            return None
+        try:
+            self._channel = await ChannelClient.connect(address, token)
+        except OSError as e:
+            log.info("the metadata actor's channel is unreachable (%s); using Ray calls", e)
+            return None
+        return self._channel
+
+    async def _ray_call(self, method: str, *args: Any) -> Any:
         try:
             return await getattr(self._handle, method).remote(*args)
         except RayTaskError as e:
@@ -241,3 +303,13 @@ class RemoteMetadataStore(MetadataStore):
         self._closed = True
         if self._closing is not None:
             self._closing.set()
+        if self._channel is not None and self._channel.loop is asyncio.get_running_loop():
+            self._channel.close()
+
+
+def _still_good(opening: asyncio.Task[ChannelClient | None]) -> bool:
+    """A finished opening whose outcome stands: Ray calls for good, or a channel still open."""
+    if opening.cancelled() or opening.exception() is not None:
+        return False
+    channel = opening.result()
+    return channel is None or channel.open

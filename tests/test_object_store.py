@@ -69,6 +69,16 @@ def test_put_if_absent_creates_once(object_store: ObjectStore) -> None:
     assert object_store.get("seg/1.kfs") == b"plain put still overwrites"
 
 
+def test_put_all_if_absent_creates_each_once(object_store: ObjectStore) -> None:
+    assert object_store.put_if_absent("seg/2.index", b"taken") is True
+    items = [("seg/2.kfs", payload(300 * 1024, 2)), ("seg/2.index", b"ours"), ("other/dir/3", b"")]
+    assert object_store.put_all_if_absent(items) == [True, False, True]
+    assert object_store.get("seg/2.kfs") == items[0][1]
+    assert object_store.get("seg/2.index") == b"taken"
+    assert object_store.get("other/dir/3") == b""
+    assert object_store.put_all_if_absent(items) == [False, False, False]
+
+
 def test_put_if_absent_empty_object(object_store: ObjectStore) -> None:
     assert object_store.put_if_absent("e", b"") is True
     assert object_store.put_if_absent("e", b"x") is False
@@ -243,6 +253,23 @@ def test_local_layout_and_no_temp_files_left(tmp_path: Path) -> None:
     assert leftovers == []
 
 
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed-files", "temporary-names"])
+def test_local_put_all_if_absent_both_ways(tmp_path: Path, unnamed: bool) -> None:
+    # Conditional creates start as unnamed files (O_TMPFILE) linked into place; where the filesystem or
+    # /proc cannot do that, under a temporary name. Either way the same objects, and nothing else, result.
+    store = LocalDirStore(tmp_path)
+    assert store._unnamed
+    store._unnamed = unnamed
+    segment, index = payload(600 * 1024, 1), payload(1500, 2)  # the segment goes through O_DIRECT
+    assert store.put_all_if_absent([("t/0/s.kfs", segment), ("t/0/s.index", index)]) == [True, True]
+    assert store.put_all_if_absent([("t/0/s.kfs", b"x"), ("t/0/s2.index", b"y")]) == [False, True]
+    assert store.get("t/0/s.kfs") == segment and store.get("t/0/s.index") == index
+    assert sorted(p.name for p in (tmp_path / "t" / "0").iterdir()) == ["s.index", "s.kfs", "s2.index"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (tmp_path / "t" / "0" / "s.kfs").stat().st_mode & 0o777 == 0o644 & ~umask
+
+
 def test_local_listing_skips_temp_files(tmp_path: Path) -> None:
     store = LocalDirStore(tmp_path)
     store.put("t/a", b"1")
@@ -275,9 +302,13 @@ def test_local_key_that_is_a_directory(tmp_path: Path) -> None:
     assert store.get("a/b/c") == b"1"
 
 
-def test_local_writes_race_deletes_pruning_directories(tmp_path: Path) -> None:
-    # Deletes remove emptied directories while other threads create files in them.
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed-files", "temporary-names"])
+def test_local_writes_race_deletes_pruning_directories(tmp_path: Path, unnamed: bool) -> None:
+    # Deletes remove emptied directories while other threads create files in them. Unnamed files do not
+    # keep a directory from looking empty, so there the prune can come between the file and its link.
     store = LocalDirStore(tmp_path)
+    assert store._unnamed  # this machine's filesystem has O_TMPFILE
+    store._unnamed = unnamed
     errors: list[BaseException] = []
 
     def churn(worker: int) -> None:

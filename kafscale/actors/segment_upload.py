@@ -23,10 +23,11 @@ log = logging.getLogger(__name__)
 async def upload_segment(objects: AsyncObjectStore, namespace: str, topic: str, partition: int, epoch: int,
                          base: int, segment: bytes, index: bytes) -> int:
     """Store segment and index; returns the key epoch they went to (0: the plain keys)."""
-    placed = await asyncio.gather(
-        _place(objects, object_keys.segment_key(namespace, topic, partition, base), segment),
-        _place(objects, object_keys.index_key(namespace, topic, partition, base), index))
-    if all(placed):
+    plain = [(object_keys.segment_key(namespace, topic, partition, base), segment),
+             (object_keys.index_key(namespace, topic, partition, base), index)]
+    created = await objects.put_all_if_absent(plain)
+    taken = [(key, data) for (key, data), new in zip(plain, created, strict=True) if not new]
+    if not taken or all(await asyncio.gather(*(_holds(objects, key, data) for key, data in taken))):
         return 0
     log.info("%s-%d: an uncommitted leftover holds offset %d; writing the keys of epoch %d",
              topic, partition, base, epoch)
@@ -39,8 +40,11 @@ async def upload_segment(objects: AsyncObjectStore, namespace: str, topic: str, 
 
 async def _place(objects: AsyncObjectStore, key: str, data: bytes) -> bool:
     """Conditional create; True when the key now holds exactly `data`."""
-    if await objects.put_if_absent(key, data):
-        return True
+    return await objects.put_if_absent(key, data) or await _holds(objects, key, data)
+
+
+async def _holds(objects: AsyncObjectStore, key: str, data: bytes) -> bool:
+    """After a conditional create found the key taken: True when it holds exactly `data`."""
     try:
         return await objects.get(key) == data
     except ObjectNotFoundError:  # removed between the two calls (a topic deletion): try once more

@@ -72,6 +72,11 @@ class AsyncObjectStore:
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         return await self._call(self.store.put_if_absent, key, data, nbytes=len(data))
 
+    async def put_all_if_absent(self, items: list[tuple[str, bytes]]) -> list[bool]:
+        if self.store.puts_together:
+            return await self._call(self.store.put_all_if_absent, items, nbytes=sum(len(d) for _, d in items))
+        return list(await asyncio.gather(*(self.put_if_absent(key, data) for key, data in items)))
+
     async def get(self, key: str) -> bytes:
         return await self._call(self.store.get, key)
 

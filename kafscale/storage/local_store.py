@@ -4,8 +4,10 @@ Key "a/b/c" lives at root/a/b/c. Several processes (Ray workers) may share one d
 mutation is made atomic with the filesystem's own primitives instead of in-process locks:
 
 * put: write a temporary file in the target directory, fsync it, rename it over the key.
-* put_if_absent: write and fsync a temporary file, then hard-link it to the key; link() refuses to
-  replace an existing name, which makes it a create-if-absent that is atomic across processes.
+* put_if_absent: write and fsync an unnamed file (O_TMPFILE; a temporary name where that is missing),
+  then hard-link it to the key; link() refuses to replace an existing name, which makes it a
+  create-if-absent that is atomic across processes. put_all_if_absent does several at once, with one
+  fsync of their directory (a segment and its index).
 * objects of 256 KiB and more are written with O_DIRECT, past the page cache (direct_io.py).
 
 Unlike S3, a key cannot also be a directory: "a/b" and "a/b/c" cannot both exist. Kafscale's key
@@ -18,7 +20,7 @@ import contextlib
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from kafscale.storage.direct_io import O_DIRECT, DirectIORefused, DirectWriter
@@ -34,10 +36,13 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
 class LocalDirStore(ObjectStore):
+    puts_together = True
+
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
         self._direct = DirectWriter()  # large objects skip the page cache (direct_io.py)
+        self._unnamed = _can_link_unnamed(self.root)
 
     def __repr__(self) -> str:
         return f"LocalDirStore({str(self.root)!r})"
@@ -87,13 +92,7 @@ class LocalDirStore(ObjectStore):
                     continue  # this filesystem has no O_DIRECT: buffered from now on
                 raise
             try:
-                if direct:
-                    self._direct.write(fd, data)
-                else:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                self._fill(fd, data, direct)
             except BaseException as exc:
                 os.close(fd)
                 _unlink_quietly(tmp)
@@ -102,6 +101,15 @@ class LocalDirStore(ObjectStore):
                 raise
             os.close(fd)
             return tmp
+
+    def _fill(self, fd: int, data: bytes, direct: bool) -> None:
+        if direct:
+            self._direct.write(fd, data)
+        else:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fsync(fd)
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -117,21 +125,94 @@ class LocalDirStore(ObjectStore):
             raise self._fail("put", key, exc) from exc
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
-        try:
-            if self._exists(key, path):  # cheap early exit; the link() below is what decides
-                return False
-            tmp = self._write_temp(path, data)
+        return self.put_all_if_absent([(key, data)])[0]
+
+    def put_all_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """Conditional creates; the objects of one directory share its fsync (a segment and its index).
+
+        Each object is written to an unnamed file (O_TMPFILE) and fsynced, then linked to its key, which
+        fails if the key exists; a temporary name is the fallback where O_TMPFILE or /proc is missing.
+        """
+        placed = [False] * len(items)
+        groups: dict[Path, list[tuple[int, str, Path, bytes]]] = {}
+        for i, (key, data) in enumerate(items):
+            path = self._path(key)
+            groups.setdefault(path.parent, []).append((i, key, path, data))
+        for directory, group in groups.items():
+            key = group[0][1]
             try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-            finally:
-                _unlink_quietly(tmp)
-            _fsync_dir(path.parent)
-            return True
+                for attempt in range(1, _MKDIR_RACE_ATTEMPTS + 1):
+                    try:
+                        self._put_group(directory, group, placed)
+                        break
+                    except (FileNotFoundError, FileExistsError):
+                        # A concurrent delete pruned the directory (it looks empty while our files are
+                        # unnamed), or a parent during our mkdir, which then reports "exists" for a
+                        # directory that is gone: make it again. Objects linked before that stay placed
+                        # (the retry skips them as present). A file in the way of the directory
+                        # persists and is raised after the retries.
+                        if attempt == _MKDIR_RACE_ATTEMPTS:
+                            raise
+            except OSError as exc:
+                raise self._fail("put_if_absent", key, exc) from exc
+        return placed
+
+    def _put_group(self, directory: Path, group: list[tuple[int, str, Path, bytes]], placed: list[bool]) -> None:
+        todo = [(i, path, data) for i, key, path, data in group if not self._exists(key, path)]
+        if not todo:  # the cheap early exit; the link() below is what decides
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        staged: list[tuple[int, Path, int | Path]] = []
+        try:
+            for i, path, data in todo:
+                staged.append((i, path, self._write_unnamed(dir_fd, data) if self._unnamed
+                               else self._write_temp(path, data)))
+            linked = False
+            for i, path, file in staged:
+                try:
+                    if isinstance(file, int):  # linkat(AT_SYMLINK_FOLLOW) through /proc names the open file
+                        os.link(f"/proc/self/fd/{file}", path.name, dst_dir_fd=dir_fd)
+                    else:
+                        os.link(file, path)
+                except FileExistsError:
+                    continue
+                placed[i] = linked = True
+            if linked:
+                os.fsync(dir_fd)
         except OSError as exc:
-            raise self._fail("put_if_absent", key, exc) from exc
+            if not isinstance(exc, FileNotFoundError) and os.fstat(dir_fd).st_nlink == 0:
+                # The directory was removed under us; files cannot be made in it (ext4 says EPERM or
+                # ENOENT): the caller makes it again.
+                raise FileNotFoundError(exc.errno, exc.strerror, str(directory)) from exc
+            raise
+        finally:
+            for _, _, file in staged:
+                if isinstance(file, int):
+                    os.close(file)
+                else:
+                    _unlink_quietly(file)
+            os.close(dir_fd)
+
+    def _write_unnamed(self, dir_fd: int, data: bytes) -> int:
+        """data in a new unnamed file of the directory, fsynced; returns its open descriptor."""
+        while True:
+            direct = self._direct.wants(len(data))
+            flags = os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC | (O_DIRECT if direct else 0)
+            try:
+                fd = os.open(".", flags, 0o644, dir_fd=dir_fd)
+            except OSError as exc:
+                if direct and self._direct.refused(exc):
+                    continue
+                raise
+            try:
+                self._fill(fd, data, direct)
+            except BaseException as exc:
+                os.close(fd)
+                if isinstance(exc, DirectIORefused):
+                    continue  # refused at its first write: buffered from now on
+                raise
+            return fd
 
     def _exists(self, key: str, path: Path) -> bool:
         try:
@@ -283,6 +364,19 @@ class LocalDirStore(ObjectStore):
             except OSError:
                 return  # not empty, already gone, or busy: stop pruning
             directory = directory.parent
+
+
+def _can_link_unnamed(directory: Path) -> bool:
+    """Whether new objects can start as unnamed files here: O_TMPFILE (Linux, most local filesystems) and
+    /proc to link them by. A creation under a temporary name costs the directory two more updates."""
+    if not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"):
+        return False
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 def _is_regular(mode: int) -> bool:

@@ -7,7 +7,7 @@ Spark pipeline calls them directly from its tasks.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 
@@ -32,6 +32,11 @@ class ObjectInfo:
 class ObjectStore(abc.ABC):
     """Keys are '/'-separated strings relative to the store's root (bucket or directory)."""
 
+    # True when put_all_if_absent costs less than a put_if_absent per object, so that callers hand the
+    # objects over in one call (the local store shares one directory fsync); False: they go one by one,
+    # concurrently (S3 requests).
+    puts_together = False
+
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> None:
         """Create or replace the object atomically: readers see the old or the new bytes, never a mix."""
@@ -42,6 +47,10 @@ class ObjectStore(abc.ABC):
 
         Atomic under concurrent writers: of several racing creates of one key exactly one returns True.
         """
+
+    def put_all_if_absent(self, items: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """put_if_absent of each (key, data), independently: one result per item, in order."""
+        return [self.put_if_absent(key, data) for key, data in items]
 
     @abc.abstractmethod
     def get(self, key: str) -> bytes:

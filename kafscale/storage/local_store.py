@@ -171,7 +171,7 @@ class LocalDirStore(ObjectStore):
             linked = False
             for i, path, file in staged:
                 try:
-                    if isinstance(file, int):  # linkat(AT_SYMLINK_FOLLOW) through /proc names the open file
+                    if isinstance(file, int):  # linkat(AT_SYMLINK_FOLLOW) of the /proc link names the file
                         os.link(f"/proc/self/fd/{file}", path.name, dst_dir_fd=dir_fd)
                     else:
                         os.link(file, path)
@@ -369,13 +369,24 @@ class LocalDirStore(ObjectStore):
 def _can_link_unnamed(directory: Path) -> bool:
     """Whether new objects can start as unnamed files here: O_TMPFILE (Linux, most local filesystems) and
     /proc to link them by. A creation under a temporary name costs the directory two more updates."""
-    if not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"):
+    if not hasattr(os, "O_TMPFILE"):
         return False
+    probe = f"{TEMP_PREFIX}probe-{uuid.uuid4().hex}"
     try:
-        fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return False
-    os.close(fd)
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:  # a link() through /proc must follow the link: only linkat does, hence the dir_fd
+            os.link(f"/proc/self/fd/{fd}", probe, dst_dir_fd=dir_fd)
+        finally:
+            os.close(fd)
+        os.unlink(probe, dir_fd=dir_fd)
+    except OSError:
+        return False
+    finally:
+        os.close(dir_fd)
     return True
 
 

@@ -154,7 +154,8 @@ class MetadataStoreActor:
     async def close(self) -> None:
         self._closed = True
         if self._channel is not None:
-            (await asyncio.shield(self._channel)).close()
+            with contextlib.suppress(Exception):  # a channel that failed to start has nothing to close
+                (await asyncio.shield(self._channel)).close()
         await self._store.close()
 
 

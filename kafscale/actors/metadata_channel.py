@@ -117,29 +117,31 @@ def _error_in(method: str, v: list[str]) -> Exception:
 # ---------------------------------------------------------------------------------------------- server
 
 
-def _handlers(store: MetadataStore) -> dict[str, Callable[[list[Any]], Awaitable[Any]]]:
-    async def get(a: list[Any]) -> Any:
-        kv = await store.get(a[0])
-        return None if kv is None else _kv_out(kv)
+async def _get(store: MetadataStore, a: list[Any]) -> Any:
+    kv = await store.get(a[0])
+    return None if kv is None else _kv_out(kv)
 
-    async def range_(a: list[Any]) -> Any:
-        return [_kv_out(kv) for kv in await store.range(a[0])]
 
-    async def txn(a: list[Any]) -> Any:
-        compares = [Compare(*c) for c in a[0]]
-        return _txn_out(await store.txn(compares, [_op_in(o) for o in a[1]], [_op_in(o) for o in a[2]]))
+async def _range(store: MetadataStore, a: list[Any]) -> Any:
+    return [_kv_out(kv) for kv in await store.range(a[0])]
 
-    async def lease_revoke(a: list[Any]) -> None:
-        await store.lease_revoke(a[0])
 
-    return {
-        "get": get, "range": range_, "txn": txn, "lease_revoke": lease_revoke,
-        "put": lambda a: store.put(a[0], a[1], a[2]),
-        "delete": lambda a: store.delete(a[0], a[1]),
-        "revision": lambda a: store.revision(),
-        "lease_grant": lambda a: store.lease_grant(a[0]),
-        "lease_keepalive": lambda a: store.lease_keepalive(a[0]),
-    }
+async def _txn(store: MetadataStore, a: list[Any]) -> Any:
+    compares = [Compare(*c) for c in a[0]]
+    return _txn_out(await store.txn(compares, [_op_in(o) for o in a[1]], [_op_in(o) for o in a[2]]))
+
+
+# The calls the channel serves: (store, wire args) -> wire result. Everything else (watches) goes by Ray.
+_HANDLERS: dict[str, Callable[[MetadataStore, list[Any]], Awaitable[Any]]] = {
+    "get": _get, "range": _range, "txn": _txn,
+    "put": lambda store, a: store.put(a[0], a[1], a[2]),
+    "delete": lambda store, a: store.delete(a[0], a[1]),
+    "revision": lambda store, a: store.revision(),
+    "lease_grant": lambda store, a: store.lease_grant(a[0]),
+    "lease_keepalive": lambda store, a: store.lease_keepalive(a[0]),
+    "lease_revoke": lambda store, a: store.lease_revoke(a[0]),
+}
+UNARY_CALLS = frozenset(_HANDLERS)
 
 
 class ChannelServer:
@@ -149,7 +151,7 @@ class ChannelServer:
         self.address = f"\0kafscale-metadata-{uuid.uuid4().hex}"
         self.token = secrets.token_bytes(16)
         self.calls = 0  # requests answered, for tests
-        self._handlers = _handlers(store)
+        self.store = store
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_ServerProtocol] = set()
 
@@ -203,7 +205,7 @@ class _ServerProtocol(asyncio.Protocol):
 
     def _start(self, message: Any) -> None:
         request_id, method, args = message
-        handler = self.server._handlers.get(method)
+        handler = _HANDLERS.get(method)
         if handler is None:
             self._reply(request_id, False, ["value", f"unknown metadata call {method!r}"])
             return
@@ -211,9 +213,10 @@ class _ServerProtocol(asyncio.Protocol):
         self.tasks.add(task)  # a task nobody references may be collected before it ends
         task.add_done_callback(self.tasks.discard)
 
-    async def _answer(self, request_id: int, handler: Callable[[list[Any]], Awaitable[Any]], args: list[Any]) -> None:
+    async def _answer(self, request_id: int, handler: Callable[[MetadataStore, list[Any]], Awaitable[Any]],
+                      args: list[Any]) -> None:
         try:
-            result = await handler(args)
+            result = await handler(self.server.store, args)
         except Exception as e:
             self._reply(request_id, False, _error_out(e))
         else:
@@ -329,6 +332,3 @@ def decode_result(method: str, args: tuple[Any, ...], result: Any) -> Any:
         return [_kv_in(kv) for kv in result]
     return result
 
-
-UNARY_CALLS = frozenset({"get", "range", "put", "delete", "txn", "revision", "lease_grant", "lease_keepalive",
-                         "lease_revoke"})

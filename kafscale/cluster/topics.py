@@ -68,6 +68,7 @@ class TopicRegistry:
         self.meta = meta
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        self.generation = 0  # counts changes of the view, so answers built from it can be reused until it moves
         # callables(name, old, new) on every change after start()'s initial load; None: no such topic
         self.listeners: list[Any] = []
         self._watch: asyncio.Task[None] | None = None
@@ -115,6 +116,8 @@ class TopicRegistry:
         if info is not None:
             self.topics[name] = info
             self.by_id[info.id] = info
+        if old != info:
+            self.generation += 1
         if notify and old != info:
             for listener in self.listeners:
                 listener(name, old, info)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from kio.serial import entity_reader
 
 from kafscale.protocol import guard
-from kafscale.protocol.encoder import encode_entity, encode_request, encode_response
+from kafscale.protocol.encoder import encode_entity, encode_request, encode_response, readdress_response
 from kafscale.protocol.errors import ErrorCode, MalformedRequest
 from kafscale.protocol.guard import MAX_ELEMENTS, validate_lengths
 from kafscale.protocol.schemas import known_versions, make, nested, request_class, response_class
@@ -34,6 +34,7 @@ __all__ = [
     "known_versions",
     "make",
     "nested",
+    "readdress_response",
     "request_class",
     "response_class",
     "validate_lengths",

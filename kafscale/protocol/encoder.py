@@ -284,6 +284,13 @@ def encode_response(correlation_id: int, response: Any) -> bytearray:
     return out
 
 
+def readdress_response(frame: bytes, correlation_id: int) -> bytearray:
+    """A copy of a frame from encode_response, answering another request (only the correlation id differs)."""
+    out = bytearray(frame)
+    _I32.pack_into(out, 4, correlation_id)
+    return out
+
+
 def encode_request(request: Any, correlation_id: int, client_id: str | None = "kafscale") -> bytes:
     """The complete frame for a kio request object (client side: tests, tools, benchmarks)."""
     cls = type(request)

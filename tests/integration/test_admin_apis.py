@@ -27,7 +27,7 @@ from kafka.structs import TopicPartition as KpTopicPartition
 
 from kafscale.protocol import make, request_class
 from kafscale.protocol.errors import ErrorCode
-from tests.integration.conftest import Cluster, unique_topic
+from tests.integration.conftest import METADATA, Cluster, build, unique_topic
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -192,6 +192,42 @@ def test_describe_cluster_and_offset_for_leader_epoch(broker_embedded: Cluster) 
         ok, unknown = r.topics[0].partitions
         assert (ok.error_code, ok.leader_epoch, ok.end_offset) == (ErrorCode.none, 3, 2)
         assert unknown.error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_all_topics_metadata_shows_every_change_at_once(broker_embedded: Cluster) -> None:
+    """The broker reuses its all-topics answer between changes; each answer still carries its own request's
+    correlation id, and a create, a partition increase and a delete show in the very next answer."""
+    admin = _admin(broker_embedded)
+    topic = unique_topic("meta-all")
+
+    def partitions(response: object) -> dict[str, int]:
+        return {t.name: len(t.partitions) for t in response.topics}  # type: ignore[attr-defined]
+
+    with broker_embedded.wire() as wire:
+        first = wire.metadata(None)
+        assert topic not in partitions(first)
+        # Pipelined: receive() fails on a correlation id it did not send, call() on one out of order.
+        all_topics = build(METADATA, topics=None, allow_auto_topic_creation=False,
+                           include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+        sent = [wire.send(all_topics) for _ in range(3)]
+        answers = [wire.receive() for _ in sent]
+        assert [corr for corr, _ in answers] == sent
+        assert all(response == first for _, response in answers)
+
+        wire.create_topic(topic, 2)
+        assert partitions(wire.metadata(None))[topic] == 2
+        admin.create_partitions([NewPartitions(topic, 5)])[topic].result(20)
+        grown = wire.metadata(None)
+        assert partitions(grown)[topic] == 5
+        (shown,) = [t for t in grown.topics if t.name == topic]
+        assert [p.partition_index for p in shown.partitions] == list(range(5))
+        assert all(p.leader_id == 0 and p.error_code == ErrorCode.none for p in shown.partitions)
+        # librdkafka asks with its own version; its answer follows the same changes.
+        assert len(admin.list_topics(timeout=10).topics[topic].partitions) == 5
+
+        admin.delete_topics([topic])[topic].result(20)
+        assert topic not in partitions(wire.metadata(None))
+        assert topic not in admin.list_topics(timeout=10).topics
 
 
 def test_create_partitions_validate_only_and_duplicates(broker_embedded: Cluster) -> None:

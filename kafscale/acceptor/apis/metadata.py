@@ -1,4 +1,10 @@
-"""Metadata v0-v12: every shard is a broker; a partition's leader is the shard that owns it."""
+"""Metadata v0-v12: every shard is a broker; a partition's leader is the shard that owns it.
+
+An answer for all topics is the same for every client until a topic or a shard changes, and at 10,000
+partitions building and encoding it holds this shard's event loop (and so its produce path) for ~50 ms.
+So the last such frame of each version is kept and only readdressed while the view it was built from
+(the topic registry's generation, the shard list, the cluster id) stays the same.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from kio.schema.errors import ErrorCode
 from kafscale.acceptor.apis.common import NO_THROTTLE, make, response_module
 from kafscale.acceptor.router import RequestContext, Router
 from kafscale.cluster.topics import TopicExistsError, TopicInfo, topic_name_problem
+from kafscale.protocol.codec import encode_response, readdress_response
+from kafscale.protocol.produce_codec import EncodedResponse
 
 if TYPE_CHECKING:
     from kafscale.actors.shard import ShardCore
@@ -20,6 +28,8 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 
 def register(router: Router, shard: ShardCore) -> None:
+    all_topics_frames: dict[int, tuple[tuple[Any, ...], bytes]] = {}  # version -> (view it shows, frame)
+
     async def resolve(name: str, auto_create: bool) -> tuple[ErrorCode, TopicInfo | None]:
         info = await shard.topics.get(name)
         if info is not None:
@@ -33,24 +43,8 @@ def register(router: Router, shard: ShardCore) -> None:
         # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
         return ErrorCode.none, await shard.topics.get(name)
 
-    async def handle(ctx: RequestContext, req: Any) -> Any:
+    def answer(ctx: RequestContext, answers: list[tuple[ErrorCode, str | None, TopicInfo | None]]) -> Any:
         mod = response_module(ctx)
-        v = ctx.api_version
-        auto = bool(getattr(req, "allow_auto_topic_creation", True))
-        if req.topics is None or (v == 0 and not req.topics):
-            answers = [(ErrorCode.none, info.name, info) for info in sorted(shard.topics.topics.values(),
-                                                                              key=lambda i: i.name)]
-        else:
-            answers = []
-            for t in req.topics:
-                name = t.name
-                if name is None and getattr(t, "topic_id", None) is not None:
-                    info = shard.topics.by_id.get(t.topic_id)
-                    answers.append((ErrorCode.none, info.name, info) if info
-                                   else (ErrorCode.unknown_topic_id, None, None))
-                    continue
-                code, info = await resolve(name, auto)
-                answers.append((code, name, info))
         brokers = tuple(make(mod.MetadataResponseBroker, node_id=s.id, host=s.host, port=s.port, rack=None)
                         for s in shard.shards)
         topics = []
@@ -74,5 +68,31 @@ def register(router: Router, shard: ShardCore) -> None:
         return make(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
                     cluster_id=shard.cluster_id, controller_id=0, topics=tuple(topics))
 
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+    def answer_all_topics(ctx: RequestContext) -> EncodedResponse:
+        v = ctx.api_version
+        view = (shard.topics.generation, tuple(shard.shards), shard.cluster_id)
+        cached = all_topics_frames.get(v)
+        if cached is not None and cached[0] == view:
+            return EncodedResponse(API_KEY, v, readdress_response(cached[1], ctx.correlation_id))
+        infos = sorted(shard.topics.topics.values(), key=lambda i: i.name)
+        frame = encode_response(ctx.correlation_id, answer(ctx, [(ErrorCode.none, i.name, i) for i in infos]))
+        all_topics_frames[v] = (view, bytes(frame))
+        return EncodedResponse(API_KEY, v, frame)
 
+    async def handle(ctx: RequestContext, req: Any) -> Any:
+        if req.topics is None or (ctx.api_version == 0 and not req.topics):
+            return answer_all_topics(ctx)
+        auto = bool(getattr(req, "allow_auto_topic_creation", True))
+        answers: list[tuple[ErrorCode, str | None, TopicInfo | None]] = []
+        for t in req.topics:
+            name = t.name
+            if name is None and getattr(t, "topic_id", None) is not None:
+                info = shard.topics.by_id.get(t.topic_id)
+                answers.append((ErrorCode.none, info.name, info) if info
+                               else (ErrorCode.unknown_topic_id, None, None))
+                continue
+            code, info = await resolve(name, auto)
+            answers.append((code, name, info))
+        return answer(ctx, answers)
+
+    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -27,6 +27,9 @@ from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess
 
 REPO = Path(__file__).resolve().parent.parent
+# SeaweedFS volumes this large are not filled within a run: weed mini's own 1 GiB ones were, and every PUT
+# to that bucket then waited ~1.2 s for the next volume (see SeaweedS3Server).
+SEAWEED_VOLUME_MB = 16 * 1024
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
@@ -149,7 +152,8 @@ class Context:
         if self._seaweed is None:
             cpus = self.options.get("s3_cpus") or None
             log(f"starting SeaweedFS (weed mini){f' on CPUs {sorted(cpus)}' if cpus else ''}")
-            self._seaweed = SeaweedS3Server(self.work / "seaweed", cpus=set(cpus) if cpus else None)
+            self._seaweed = SeaweedS3Server(self.work / "seaweed", cpus=set(cpus) if cpus else None,
+                                            volume_size_mb=SEAWEED_VOLUME_MB)
         return self._seaweed
 
     def close(self) -> None:

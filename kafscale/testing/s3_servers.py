@@ -203,6 +203,11 @@ class SeaweedS3Server(_S3Server):
     server is killed when the thread that started it exits (PR_SET_PDEATHSIG follows the forking
     thread, not the process): start it from a thread that lives as long as it should. With cpus,
     weed runs on those CPUs only (benchmarks use it to keep the server off the broker's cores).
+
+    volume_size_mb: weed mini fills volumes of 1 GiB, one per bucket at a time, and when one is full
+    every PUT to that bucket waits ~1.2 s while the next one is made. Benchmarks pass a larger size
+    so that this SeaweedFS pause does not land inside a measuring window (a production `weed master`
+    defaults to 30,000 MB). Volumes are sparse files: only what is written takes disk.
     """
 
     def __init__(
@@ -213,6 +218,7 @@ class SeaweedS3Server(_S3Server):
         stop_timeout: float = 10.0,
         launch_attempts: int = 3,
         cpus: set[int] | None = None,
+        volume_size_mb: int | None = None,
     ) -> None:
         weed = find_weed()
         if weed is None:
@@ -223,6 +229,7 @@ class SeaweedS3Server(_S3Server):
         self.log_path = self.data_dir / "weed.log"
         self.stop_timeout = stop_timeout
         self.cpus = cpus
+        self.volume_size_mb = volume_size_mb
         self._proc: subprocess.Popen[bytes] | None = None
         self._ports: dict[str, int] = {}
         # The ports are only reserved until closed, so a launch can lose one to another process:
@@ -290,6 +297,9 @@ class SeaweedS3Server(_S3Server):
             "-volume.preStopSeconds=0",  # a single node has nobody to drain to: stop 1 s sooner
             *(f"-{name}={port}" for name, port in ports.items()),
         ]
+        if self.volume_size_mb:
+            # The volume count weed derives from free disk ÷ size would be a handful: allow one per bucket.
+            args += [f"-master.volumeSizeLimitMB={self.volume_size_mb}", "-volume.max=256"]
         env = {k: v for k, v in os.environ.items() if k not in _WEED_ENV_DROP}
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(

@@ -339,6 +339,44 @@ def _count_lines(out: bytes) -> int:
     return out.count(b"\n")
 
 
+KCAT_ROUNDS = 3  # each step is one command of ~0.1-1 s: a single round swings by a flush window either way
+
+
+def _kcat_round(b: Broker, n: int, size: int) -> dict[str, tuple[float, float, int]]:
+    """One pass of the published script on fresh topics: name -> (msg/s, seconds, messages)."""
+    suffix = f"{int(time.time() * 1000)}"
+    hot, s3t = f"bench-hot-{suffix}", f"bench-s3-{suffix}"
+    _create(b, [(hot, 3), (s3t, 2)])
+    figures: dict[str, tuple[float, float, int]] = {}
+
+    # Hot path: consumer from the end (1 s head start), then produce N; wall time of the whole block.
+    t0 = time.monotonic()
+    consumer = subprocess.Popen(_kcat_consume_cmd(b.bootstrap, hot, n, "end", False), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    _kcat_produce(b.bootstrap, hot, n, size)
+    out, _ = consumer.communicate(timeout=120)
+    wall = time.monotonic() - t0
+    figures["end_to_end"] = (n / wall, wall, _count_lines(out))
+
+    el = _kcat_produce(b.bootstrap, s3t, n, size)
+    figures["produce_backlog"] = (n / el, el, n)
+    t0 = time.monotonic()
+    out = subprocess.run(_kcat_consume_cmd(b.bootstrap, s3t, n, "beginning"), capture_output=True,
+                         timeout=300).stdout
+    el = time.monotonic() - t0
+    figures["consume_from_beginning"] = (n / el, el, _count_lines(out))
+
+    el = _kcat_produce(b.bootstrap, hot, 2 * n, size)
+    figures["cross_partition_produce"] = (2 * n / el, el, 2 * n)
+    t0 = time.monotonic()
+    out = subprocess.run(_kcat_consume_cmd(b.bootstrap, hot, 2 * n, "beginning"), capture_output=True,
+                         timeout=300).stdout
+    el = time.monotonic() - t0
+    figures["cross_partition_consume"] = (2 * n / el, el, _count_lines(out))
+    return figures
+
+
 def kcat(ctx: Context) -> None:
     if shutil.which("kcat") is None:
         log("kcat not installed: scenario skipped (apt-get install kcat)")
@@ -346,48 +384,22 @@ def kcat(ctx: Context) -> None:
     n, size = 2000, 256
     for backend in ctx.backends:
         b = _shared(ctx, backend)
-        suffix = str(int(time.time()))
-        hot, s3t = f"bench-hot-{suffix}", f"bench-s3-{suffix}"
-        _create(b, [(hot, 3), (s3t, 2)])
-        figures: dict[str, tuple[float, float, int]] = {}  # name -> (msg/s, seconds, messages)
-
-        # Hot path: consumer from the end (1 s head start), then produce N; wall time of the whole block.
-        t0 = time.monotonic()
-        consumer = subprocess.Popen(_kcat_consume_cmd(b.bootstrap, hot, n, "end", False), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
-        time.sleep(1.0)
-        _kcat_produce(b.bootstrap, hot, n, size)
-        out, _ = consumer.communicate(timeout=120)
-        wall = time.monotonic() - t0
-        got = _count_lines(out)
-        figures["end_to_end"] = (n / wall, wall, got)
-
-        el = _kcat_produce(b.bootstrap, s3t, n, size)
-        figures["produce_backlog"] = (n / el, el, n)
-        t0 = time.monotonic()
-        out = subprocess.run(_kcat_consume_cmd(b.bootstrap, s3t, n, "beginning"), capture_output=True,
-                             timeout=300).stdout
-        el = time.monotonic() - t0
-        figures["consume_from_beginning"] = (n / el, el, _count_lines(out))
-
-        el = _kcat_produce(b.bootstrap, hot, 2 * n, size)
-        figures["cross_partition_produce"] = (2 * n / el, el, 2 * n)
-        t0 = time.monotonic()
-        out = subprocess.run(_kcat_consume_cmd(b.bootstrap, hot, 2 * n, "beginning"), capture_output=True,
-                             timeout=300).stdout
-        el = time.monotonic() - t0
-        figures["cross_partition_consume"] = (2 * n / el, el, _count_lines(out))
-
-        settings = {**b.settings, "records": n, "record_bytes": size, "topics": {hot: 3, s3t: 2},
+        rounds = [_kcat_round(b, n, size) for _ in range(KCAT_ROUNDS)]
+        settings = {**b.settings, "records": n, "record_bytes": size, "topics": {"bench-hot-*": 3, "bench-s3-*": 2},
+                    "rounds": KCAT_ROUNDS, "figure": "median over the rounds, each on fresh topics",
                     "client": "kcat (Debian, its own librdkafka) with default settings, as the published script",
                     "deviation": "the end-to-end consumer runs without -e (with it, kcat exits at once, empty)"}
-        for name, (rate, seconds, messages) in figures.items():
+        for name in rounds[0]:
+            runs = sorted(r[name] for r in rounds)
+            rate, seconds, messages = runs[len(runs) // 2]
             published = PUBLISHED[name]
             factor = 2.0 if name == "end_to_end" else 5.0
             refs = [_target(published * factor, "msg/s", "higher", f"{factor:g}x the published figure"),
                     _limit(published, "msg/s", "the published figure (Go Kafscale, kind, MinIO; not this machine)")]
             ctx.add(Result("kcat_spec", name, rate, "msg/s", backend, refs, settings,
-                           {"seconds": seconds, "messages_received": messages}))
+                           {"seconds": seconds, "messages_received": messages,
+                            "rounds": [{"msg_per_s": round(r[name][0], 1), "seconds": round(r[name][1], 4),
+                                        "messages": r[name][2]} for r in rounds]}))
 
 
 # -- 5. scale --------------------------------------------------------------------------------------------------

@@ -88,7 +88,10 @@ class BrokerConfig:
         _, first = self.listen_host_port()
         n = self.shard_count()
         if self.shard_ports:
-            ports = [int(p) for p in self.shard_ports.split(",") if p.strip()]
+            try:
+                ports = [int(p) for p in self.shard_ports.split(",") if p.strip()]
+            except ValueError:
+                raise ConfigError(f"shard_ports: expected comma-separated ports, got {self.shard_ports!r}") from None
             if len(ports) != n:
                 raise ConfigError(f"shard_ports: {len(ports)} ports given for {n} shards")
             return ports
@@ -109,7 +112,17 @@ class BrokerConfig:
             raise ConfigError(f"shards: must be >= 0, got {self.shards}")
         if self.connections_max_idle_ms < 0:
             raise ConfigError(f"connections_max_idle_ms: must be >= 0 (0 = never), got {self.connections_max_idle_ms}")
+        self.shard_port_list()
+        if self.metrics_listen:
+            _, _, port = self.metrics_listen.rpartition(":")
+            if not port.isdigit():
+                raise ConfigError(f"metrics_listen: expected HOST:PORT or '' (off), got {self.metrics_listen!r}")
+        if self.log_level.upper() not in _LOG_LEVELS:
+            raise ConfigError(f"log_level: expected one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
         return self
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _coerce(name: str, kind: type, raw: Any) -> Any:

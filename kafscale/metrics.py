@@ -148,7 +148,7 @@ class _ShardCollector:
         yield GaugeMetricFamily("kafscale_partition_owners", "Partition owners hosted by this shard",
                                 value=len(s.owners))
         yield GaugeMetricFamily("kafscale_group_coordinators", "Group coordinators hosted by this shard",
-                                value=len(getattr(s, "coordinators", None) or ()))
+                                value=len(s.groups.groups))
         yield GaugeMetricFamily("kafscale_connections", "Open client connections", value=s.listener.connections)
         hwm = GaugeMetricFamily("kafscale_partition_high_watermark", "End of committed data",
                                 labels=["topic", "partition"])

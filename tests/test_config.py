@@ -36,6 +36,9 @@ def test_file_then_environment_then_flags_override(tmp_path: Path) -> None:
     ("KAFSCALE_MAX_IN_FLIGHT_BYTES", "0", "max_in_flight_bytes: must be positive, got 0"),
     ("KAFSCALE_MAX_IN_FLIGHT_REQUESTS", "-1", "max_in_flight_requests: must be positive, got -1"),
     ("KAFSCALE_MAX_IN_FLIGHT_REQUESTS", "many", "KAFSCALE_MAX_IN_FLIGHT_REQUESTS: cannot read 'many' as int"),
+    ("KAFSCALE_LOG_LEVEL", "LOUD", "log_level: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'LOUD'"),
+    ("KAFSCALE_METRICS_LISTEN", "localhost", "metrics_listen: expected HOST:PORT or '' (off), got 'localhost'"),
+    ("KAFSCALE_SHARD_PORTS", "9092,x", "shard_ports: expected comma-separated ports, got '9092,x'"),
 ])
 def test_bad_values_name_the_setting(name: str, raw: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -48,3 +51,15 @@ def test_unknown_key_in_the_file_is_refused(tmp_path: Path) -> None:
     path.write_text("max_inflight: 5\n")
     with pytest.raises(ConfigError, match="unknown setting 'max_inflight'"):
         load(_args("--config", str(path)), environ={})
+
+
+def test_shard_ports_must_name_one_port_per_shard() -> None:
+    with pytest.raises(ConfigError) as info:
+        load(_args("--shards", "2", "--shard-ports", "9092"), environ={})
+    assert str(info.value) == "shard_ports: 1 ports given for 2 shards"
+
+
+def test_settings_checked_where_used_are_accepted_when_sound() -> None:
+    config = load(_args("--log-level", "debug", "--metrics-listen", "", "--shards", "2",
+                        "--shard-ports", "9092,9093"), environ={})
+    assert (config.log_level, config.metrics_listen, config.shard_port_list()) == ("debug", "", [9092, 9093])

@@ -102,6 +102,28 @@ def test_metrics_move_with_traffic(broker_embedded: Cluster) -> None:
     assert status == 200 and json.loads(body)["ready"] is True
 
 
+def test_group_coordinators_gauge_counts_the_groups_a_shard_hosts(broker_embedded: Cluster) -> None:
+    topic = unique_topic("coordinated")
+    p = Producer({"bootstrap.servers": broker_embedded.bootstrap})
+    p.produce(topic, value=b"x")
+    assert p.flush(15) == 0
+    before = _value(_scrape(broker_embedded), "kafscale_group_coordinators")
+    c = Consumer({"bootstrap.servers": broker_embedded.bootstrap, "group.id": f"g-{topic}",
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                break
+        else:
+            raise AssertionError("the group never delivered the record")
+        assert _value(_scrape(broker_embedded), "kafscale_group_coordinators") == before + 1
+    finally:
+        c.close()
+
+
 def test_dashboard_queries_only_existing_metrics(broker_embedded: Cluster) -> None:
     core = broker_embedded.broker.core
     assert core is not None

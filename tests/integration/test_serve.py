@@ -6,6 +6,8 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -74,6 +76,20 @@ def _consume_all(bootstrap: str, topic: str, partitions: int, expect_at_least: i
     finally:
         consumer.close()
     return out
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--log-level", "LOUD", "kafscale: log_level: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'LOUD'"),
+    ("--metrics-listen", "localhost", "kafscale: metrics_listen: expected HOST:PORT or '' (off), got 'localhost'"),
+    ("--shard-ports", "9092", "kafscale: shard_ports: 1 ports given for 2 shards"),
+])
+def test_serve_refuses_a_bad_setting_before_starting(tmp_path: Path, flag: str, value: str, message: str) -> None:
+    data = tmp_path / "data"
+    proc = subprocess.run([sys.executable, "-m", "kafscale.cli", "serve", "--shards", "2", "--data-dir", str(data),
+                           flag, value], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == message
+    assert not data.exists()  # nothing started, nothing written
 
 
 def test_serve_produces_consumes_and_stops_cleanly(tmp_path: Path) -> None:

@@ -116,9 +116,10 @@ class TopicRegistry:
         if info is not None:
             self.topics[name] = info
             self.by_id[info.id] = info
-        if old != info:
-            self.generation += 1
-        if notify and old != info:
+        if old == info:
+            return
+        self.generation += 1
+        if notify:
             for listener in self.listeners:
                 listener(name, old, info)
 

@@ -51,16 +51,17 @@ def register(router: Router, shard: ShardCore) -> None:
         for code, name, info in answers:
             partitions = ()
             if info is not None:
+                leaders = [shard.leader_of(info, p) for p in range(info.partitions)]
                 partitions = tuple(make(
                     mod.MetadataResponsePartition,
                     error_code=ErrorCode.none,
                     partition_index=p,
-                    leader_id=shard.leader_of(info, p),
+                    leader_id=leader,
                     leader_epoch=-1,
-                    replica_nodes=(shard.leader_of(info, p),),
-                    isr_nodes=(shard.leader_of(info, p),),
+                    replica_nodes=(leader,),
+                    isr_nodes=(leader,),
                     offline_replicas=(),
-                ) for p in range(info.partitions))
+                ) for p, leader in enumerate(leaders))
             topics.append(make(
                 mod.MetadataResponseTopic, error_code=code, name=name,
                 topic_id=info.id if info else _ZERO_UUID, is_internal=False, partitions=partitions,

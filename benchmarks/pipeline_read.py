@@ -18,8 +18,8 @@ from typing import Any
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from kafscale.actors.read_path import SegmentMeta
 from kafscale.cluster import keys
+from kafscale.cluster.records import SegmentMeta
 from kafscale.pipeline.records import decode_batches
 from kafscale.storage import keys as object_keys
 from kafscale.storage.batch import set_base_offset

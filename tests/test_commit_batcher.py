@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kafscale.actors.commit_batcher import CommitBatcher
+from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Op, Put
 from tests.test_partition_owner import FlakyMeta

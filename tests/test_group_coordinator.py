@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kafscale.actors.group_offsets import OffsetEntry
-from kafscale.actors.group_registry import GroupRegistry
-from kafscale.actors.group_state import GroupSettings, State
 from kafscale.cluster import keys
+from kafscale.groups.offsets import OffsetEntry
+from kafscale.groups.registry import GroupRegistry
+from kafscale.groups.state import GroupSettings, State
 from kafscale.protocol.errors import ErrorCode
 from kafscale.storage.embedded_store import EmbeddedStore
 

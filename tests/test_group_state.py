@@ -1,4 +1,4 @@
-"""The group state machine (kafscale.actors.group_state) driven directly, with explicit time: Kafka's rules for
+"""The group state machine (kafscale.groups.state) driven directly, with explicit time: Kafka's rules for
 JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit validation, barriers, sessions, static members, storage."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import itertools
 import struct
 from typing import Any
 
-from kafscale.actors.group_offsets import OffsetEntry, expired_offsets
-from kafscale.actors.group_state import Group, GroupSettings, JoinResult, State, SyncResult
+from kafscale.groups.offsets import OffsetEntry, expired_offsets
+from kafscale.groups.state import Group, GroupSettings, JoinResult, State, SyncResult
 from kafscale.protocol.errors import ErrorCode
 
 SESSION, REBALANCE = 10_000, 20_000

@@ -21,9 +21,9 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 
-from kafscale.actors.partition_owner import AppendOutcome, OwnerSettings, PartitionError, PartitionOwner
-from kafscale.actors.read_path import SegmentMeta
+from kafscale.broker.partition_owner import AppendOutcome, OwnerSettings, PartitionError, PartitionOwner
 from kafscale.cluster import keys
+from kafscale.cluster.records import SegmentMeta
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import check_crc, split_batches
@@ -858,7 +858,7 @@ def _one_record_batch(value: bytes) -> bytes:
 @contextlib.asynccontextmanager
 async def _shard_core(tmp_path: Path, fresh: bool = True) -> AsyncIterator[Any]:
     """A started ShardCore on the embedded stores in tmp_path, with (fresh) a new one-partition topic "fresh"."""
-    from kafscale.actors.shard import ShardCore
+    from kafscale.broker.shard import ShardCore
     from kafscale.config import BrokerConfig
     from kafscale.storage.embedded_store import EmbeddedStore
     from kafscale.storage.local_store import LocalDirStore
@@ -975,7 +975,7 @@ async def test_a_restarted_shard_opens_existing_partitions_only_when_used(tmp_pa
 
 
 async def test_a_topic_with_more_partitions_than_early_open_max_opens_them_on_use(tmp_path: Path) -> None:
-    from kafscale.actors.shard import EARLY_OPEN_MAX
+    from kafscale.broker.shard import EARLY_OPEN_MAX
 
     async with _shard_core(tmp_path) as core:
         await core.topics.create("huge", EARLY_OPEN_MAX + 1, 1)
@@ -984,7 +984,7 @@ async def test_a_topic_with_more_partitions_than_early_open_max_opens_them_on_us
 
 
 async def test_stopping_while_new_partitions_open_leaves_no_owner_behind(tmp_path: Path) -> None:
-    from kafscale.actors.shard import EARLY_OPEN_MAX
+    from kafscale.broker.shard import EARLY_OPEN_MAX
 
     async with _shard_core(tmp_path) as core:
         await core.topics.create("many", EARLY_OPEN_MAX, 1)
@@ -1003,7 +1003,7 @@ async def _async_noop() -> None:
 async def test_a_burst_of_first_uses_opens_at_most_opens_at_once_partitions_together(tmp_path: Path) -> None:
     """A client touching many unopened partitions (or a restarted shard's clients) must not start an epoch
     transaction for each of them at the same moment: the opens queue, and every one completes."""
-    from kafscale.actors.shard import OPENS_AT_ONCE
+    from kafscale.broker.shard import OPENS_AT_ONCE
     from kafscale.cluster import keys
 
     async with _shard_core(tmp_path) as core:

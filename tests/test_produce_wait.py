@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kafscale.actors.partition_owner import PartitionError
-from kafscale.actors.produce_wait import DurableWait
+from kafscale.broker.partition_owner import PartitionError
+from kafscale.broker.produce_wait import DurableWait
 from kafscale.protocol.errors import ErrorCode
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafscale.actors.producer_state import MAX_CACHED_BATCHES, BatchMeta, ProducerEntry, ProducerStates
+from kafscale.broker.producer_state import MAX_CACHED_BATCHES, BatchMeta, ProducerEntry, ProducerStates
 from kafscale.storage.batch import BatchHeader
 
 INT32_MAX = 2**31 - 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kafscale.actors.partition_owner import PartitionOwner
+from kafscale.broker.partition_owner import PartitionOwner
 from kafscale.cluster import keys
 from kafscale.storage.batch import InvalidBatchError, split_batches
 from kafscale.storage.cache import ByteLRU

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kafscale.actors.read_path import SegmentMeta
-from kafscale.actors.retention import retention_start
+from kafscale.broker.retention import retention_start
+from kafscale.cluster.records import SegmentMeta
 
 
 def seg(base: int, last: int, size: int, max_ts: int) -> SegmentMeta:

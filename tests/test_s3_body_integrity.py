@@ -177,7 +177,7 @@ def test_warm_up_runs_the_crc32c_probe_before_the_first_put_and_never_raises(
 
 
 async def test_a_starting_shard_warms_its_object_store_up(seaweed_server: SeaweedS3Server, tmp_path: Path) -> None:
-    from kafscale.actors.shard import ShardCore
+    from kafscale.broker.shard import ShardCore
     from kafscale.config import BrokerConfig
     from kafscale.storage.embedded_store import EmbeddedStore
 

@@ -17,7 +17,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kafscale.logs import setup_logging
-    from kafscale.serve import serve
+    from kafscale.runtime.serve import serve
 
     try:
         settings = config.load(args)

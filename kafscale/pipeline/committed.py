@@ -21,8 +21,8 @@ from typing import Any
 
 import msgpack
 
-from kafscale.actors.read_path import SegmentMeta
 from kafscale.cluster import keys
+from kafscale.cluster.records import SegmentMeta
 from kafscale.pipeline.location import Location
 
 __all__ = ["PartitionLog", "Snapshot", "TopicMeta", "read_snapshot", "select_topics", "topic_names"]

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kafscale.actors.read_path import SegmentMeta
+from kafscale.cluster.records import SegmentMeta
 from kafscale.pipeline.committed import PartitionLog, Snapshot, TopicMeta, read_snapshot
 from kafscale.pipeline.location import Location, objects_for
 from kafscale.pipeline.slices import DataLossError, Slice, read_slice

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from kafscale.actors.read_path import SegmentMeta
+from kafscale.cluster.records import SegmentMeta
 from kafscale.pipeline.location import Location, objects_for
 from kafscale.pipeline.records import decode_batches
 from kafscale.storage import keys as object_keys

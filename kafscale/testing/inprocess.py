@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from kafscale.actors.shard import ShardCore
+from kafscale.broker.shard import ShardCore
 from kafscale.config import BrokerConfig
 from kafscale.storage.metadata_store import MetadataStore
 from kafscale.storage.object_store import ObjectStore

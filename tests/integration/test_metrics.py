@@ -199,8 +199,8 @@ def test_metrics_mirrored_to_ray(ray_runtime: Any) -> None:
     @ray_runtime.remote(num_cpus=0)
     class Probe:
         def push(self) -> int:
-            from kafscale.metrics import ShardMetrics
-            from kafscale.metrics_ray import RayMirror
+            from kafscale.ops.metrics import ShardMetrics
+            from kafscale.ops.ray_mirror import RayMirror
 
             m = ShardMetrics()
             m.observe_request(0, 0.002)

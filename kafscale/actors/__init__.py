@@ -1,1 +1,0 @@
-"""Ray actors: broker shards, partition owners, group coordinators, the controller and storage actors."""

@@ -1,0 +1,534 @@
+"""The partition owner: single writer of one partition (offsets, buffer, flush, fencing).
+
+Write path: append() assigns offsets and buffers the batches; the flush loop turns everything
+buffered within one flush window into one segment (group commit), uploads segment and index with
+conditional creates, then commits the partition state in the metadata store with a compare on the
+owner key's revision (fencing), and only then advances the high watermark and answers acks=all.
+
+Flushes are pipelined: up to `uploads_in_flight` sealed segments upload at once while the ones before
+them commit, and commits stay strictly in offset order (every segment whose upload has finished, from
+the oldest on, goes into one metadata transaction). An upload whose commit never happens is an
+uncommitted leftover, which readers never see and a successor writes around. Reads of committed data go
+through `ReadPath`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.broker.commit_batcher import CommitBatcher
+from kafscale.broker.producer_state import BatchMeta, ProducerEntry, ProducerStates
+from kafscale.broker.read_path import ReadPath
+from kafscale.broker.segment_upload import upload_segment
+from kafscale.cluster import keys
+from kafscale.cluster.records import SegmentMeta
+from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
+from kafscale.storage.cache import ByteLRU
+from kafscale.storage.health import HealthState
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, Put
+from kafscale.storage.recompress import recompress_batches
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, BuiltSegment, build_segment
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_OVERHEAD = SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE
+
+
+class FencedError(Exception):
+    """Another owner incarnation took the partition over; this one must stop writing."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerSettings:
+    namespace: str = "default"
+    segment_bytes: int = 4 * 1024 * 1024
+    flush_interval_ms: int = 50
+    index_interval_bytes: int = 4096
+    max_pending_bytes: int = 64 * 1024 * 1024
+    readahead_segments: int = 1
+    uploads_in_flight: int = 4
+
+
+@dataclass(slots=True)
+class AppendOutcome:
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    durable: asyncio.Future[None] | None = None  # resolves when the records are committed
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Batches of one flush window, becoming one segment."""
+
+    chunks: list[bytearray] = field(default_factory=list)
+    nbytes: int = 0
+    first_offset: int = -1
+    last_offset: int = -1
+    started: float = 0.0
+    # Each producer's state as of this window's last batch: what its commit persists. A snapshot, not
+    # the live entry, which already holds later (uncommitted) batches by the time this one commits.
+    producers: dict[int, ProducerEntry] = field(default_factory=dict)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    upload: asyncio.Task[_Uploaded] | None = None  # started once sealed, within the in-flight limit
+
+
+@dataclass(frozen=True, slots=True)
+class _Uploaded:
+    built: BuiltSegment
+    key_epoch: int
+    started: float  # monotonic time the upload began, for the flush-duration metric
+
+
+class PartitionOwner:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        shard_id: int,
+        meta: MetadataStore,
+        objects: AsyncObjectStore,
+        cache: ByteLRU,
+        settings: OwnerSettings,
+        topic_config: Callable[[], dict[str, Any]] = dict,
+        metrics: Any = None,
+        committer: CommitBatcher | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.shard_id = shard_id
+        self.meta = meta
+        self.objects = objects
+        self.settings = settings
+        self.topic_config = topic_config
+        self.metrics = metrics  # kafscale.ops.metrics.PartitionMetrics, or None
+        self.committer = committer  # shares flush commits with the shard's other owners; None: own transactions
+        self.epoch = 0
+        self.next_offset = 0  # next offset to assign (buffered included)
+        self.high_watermark = 0  # end of committed data
+        self.log_start_offset = 0
+        self.fenced = False
+        self.closed = False
+        self.segments: list[SegmentMeta] = []
+        self.reader = ReadPath(self, cache)
+        self._owner_revision = 0
+        self._producers = ProducerStates()
+        self._open = _Pending()
+        self._sealed: deque[_Pending] = deque()
+        self._sealed_bytes = 0  # sum of their nbytes: the buffer check runs on every append
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._data_waiters: set[asyncio.Event] = set()
+        self._flusher: asyncio.Task[None] | None = None
+        # Flush commits and log start moves (retention, DeleteRecords) both write the state key.
+        self._state_lock = asyncio.Lock()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        """Take ownership (bumping the epoch) and rebuild state from the metadata store.
+
+        Objects a previous owner uploaded but never committed are not in the segment list, so they
+        are never served; the first flush at their offset replaces them.
+        """
+        owner_key = keys.owner(self.topic, self.partition)
+        for _ in range(20):
+            current = await self.meta.get(owner_key)
+            epoch = (current.value["epoch"] + 1) if current else 1
+            seen = current.mod_revision if current else 0
+            result = await self.meta.txn(
+                [Compare(owner_key, "mod_revision", "==", seen)],
+                [Put(owner_key, {"epoch": epoch, "shard": self.shard_id})],
+            )
+            if result.succeeded:
+                self.epoch = epoch
+                self._owner_revision = result.revision
+                break
+        else:
+            raise FencedError(f"could not take ownership of {self.topic}-{self.partition}: contended")
+        # Read after the epoch is ours (no earlier owner can commit any more), all three at once: the
+        # first produce to a partition waits for this open, one metadata round trip instead of three.
+        state, segments, producers = await asyncio.gather(
+            self.meta.get(keys.state(self.topic, self.partition)),
+            self.meta.range(keys.segments(self.topic, self.partition)),
+            self.meta.range(keys.producers(self.topic, self.partition)),
+        )
+        if state is not None:
+            self.high_watermark = self.next_offset = int(state.value["next_offset"])
+            self.log_start_offset = int(state.value.get("log_start_offset", 0))
+        self.segments = sorted(
+            (SegmentMeta.from_value(kv.value) for kv in segments if kv.value["base"] < self.high_watermark),
+            key=lambda s: s.base,
+        )
+        for kv in producers:
+            pid = int(kv.key.rsplit("/", 1)[1])
+            self._producers.entries[pid] = ProducerEntry.from_value(kv.value)
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        log.info("owner %s-%d open: epoch %d, offsets [%d, %d), %d segments", self.topic, self.partition,
+                 self.epoch, self.log_start_offset, self.high_watermark, len(self.segments))
+
+    async def close(self, flush: bool = True) -> None:
+        """Flush what is buffered (unless fenced) and stop the flush loop; flush=False stops it at once."""
+        if self.closed:
+            return
+        self.closed = True
+        if flush and not self.fenced:
+            self._seal()
+        self._wake.set()
+        if self._flusher is not None:
+            if not flush:
+                self._flusher.cancel()
+            done, _ = await asyncio.wait({self._flusher}, timeout=30)
+            if not done:
+                self._flusher.cancel()
+        self._cancel_uploads()
+        self._fail_all(ErrorCode.not_leader_or_follower)
+        self._notify_readers()
+
+    # ---------------------------------------------------------------- write path
+
+    def pending_bytes(self) -> int:
+        return self._open.nbytes + self._sealed_bytes
+
+    async def append(self, records: bytes | bytearray, *, acks: int, deadline: float | None = None) -> AppendOutcome:
+        """Assign offsets to the batches in `records` and buffer them for the next flush.
+        deadline (event loop time): give up waiting for buffer space then, with REQUEST_TIMED_OUT."""
+        while (outcome := self.try_append(records, acks=acks)) is None:
+            # Back-pressure: hold the producer while too much is waiting for the object store.
+            self._space.clear()
+            remaining = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if remaining is not None and remaining <= 0:
+                return AppendOutcome(ErrorCode.request_timed_out, message="buffer full: the object store is behind")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._space.wait(), timeout=remaining)
+        return outcome
+
+    def try_append(self, records: bytes | bytearray, *, acks: int) -> AppendOutcome | None:
+        """append() without waiting: None, with nothing changed, while the buffer is full.
+        A bytearray is taken over and patched in place (the caller must not reuse it)."""
+        if self.fenced or self.closed:
+            return AppendOutcome(ErrorCode.not_leader_or_follower)
+        if self.objects.state() != HealthState.HEALTHY:
+            return AppendOutcome(ErrorCode.kafka_storage_error, message="object store is not healthy")
+        if self.pending_bytes() > self.settings.max_pending_bytes:
+            return None
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        try:
+            batches = split_batches(buf, verify_crc=True)
+        except InvalidBatchError as e:
+            return AppendOutcome(ErrorCode(e.error_code), message=e.reason)
+        if not batches:
+            return AppendOutcome(ErrorCode.invalid_record, message="no record batches")
+        configs = self.topic_config()
+        error = self._validate(batches, configs)
+        if error is not None:
+            return error
+        codec = configs.get("compression.type", "producer")
+        if codec != "producer":
+            buf, batches = recompress_batches(buf, batches, codec)
+
+        duplicate = self._find_duplicate(batches)
+        if duplicate is not None:
+            return duplicate
+        refused = self._producers.check_request([h for _, h in batches])
+        if refused is not None:
+            return AppendOutcome(refused, log_start_offset=self.log_start_offset)
+
+        log_append = configs.get("message.timestamp.type") == "LogAppendTime"
+        now_ms = int(time.time() * 1000)
+        base = self.next_offset
+        segment_bytes = int(configs.get("segment.bytes", self.settings.segment_bytes))
+        # Roll before the append that would overflow, as Kafka does: a segment stays within
+        # segment.bytes unless a single request alone is larger.
+        if self._open.chunks and _SEGMENT_OVERHEAD + self._open.nbytes + len(buf) > segment_bytes:
+            self._seal()
+        pending = self._open
+        if not pending.chunks:
+            pending.first_offset = base
+            pending.started = time.monotonic()
+        for pos, header in batches:
+            set_base_offset(buf, pos, self.next_offset)
+            if log_append:
+                set_log_append_time(buf, pos, now_ms)
+            if header.producer_id >= 0:
+                pending.producers[header.producer_id] = self._producers.record(header, self.next_offset).copy()
+            self.next_offset += header.last_offset_delta + 1
+        pending.chunks.append(buf)
+        pending.nbytes += len(buf)
+        pending.last_offset = self.next_offset - 1
+        outcome = AppendOutcome(base_offset=base, log_append_time=now_ms if log_append else -1,
+                                log_start_offset=self.log_start_offset)
+        if acks != 0:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            pending.waiters.append(fut)
+            outcome.durable = fut
+        if _SEGMENT_OVERHEAD + pending.nbytes >= segment_bytes:
+            self._seal()
+        self._wake.set()
+        return outcome
+
+    def _validate(self, batches: list[tuple[int, BatchHeader]], configs: dict[str, Any]) -> AppendOutcome | None:
+        for _, h in batches:
+            if h.is_transactional or h.is_control:
+                return AppendOutcome(ErrorCode.invalid_record,
+                                     message="transactional and control batches are not supported")
+        max_bytes = configs.get("max.message.bytes")
+        if max_bytes is not None:
+            for _, h in batches:
+                if h.size > int(max_bytes):
+                    return AppendOutcome(ErrorCode.message_too_large,
+                                         message=f"batch of {h.size} bytes exceeds max.message.bytes")
+        return None
+
+    def _find_duplicate(self, batches: list[tuple[int, BatchHeader]]) -> AppendOutcome | None:
+        """A retried idempotent request: answer with the offsets its batches got the first time."""
+        metas: list[BatchMeta] = []
+        for _, header in batches:
+            if header.producer_id < 0:
+                return None
+            verdict = self._producers.check(header)
+            if not isinstance(verdict, BatchMeta):
+                return None
+            metas.append(verdict)
+        outcome = AppendOutcome(base_offset=metas[0].base_offset, log_start_offset=self.log_start_offset)
+        last = metas[-1].last_offset
+        if last >= self.high_watermark:
+            # Still buffered: the retry is durable exactly when the original is.
+            outcome.durable = self._durable_future_for(last)
+        return outcome
+
+    def _durable_future_for(self, offset: int) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for pending in [*self._sealed, self._open]:
+            if pending.chunks and pending.first_offset <= offset <= pending.last_offset:
+                pending.waiters.append(fut)
+                return fut
+        fut.set_result(None)
+        return fut
+
+    def _seal(self) -> None:
+        if self._open.chunks:
+            self._sealed.append(self._open)
+            self._sealed_bytes += self._open.nbytes
+            self._open = _Pending()
+
+    async def _flush_loop(self) -> None:
+        """Seal the open window when its time is up, keep uploads going, commit finished ones in order.
+
+        The timer seals only while no earlier segment is still uploading: when the store is the
+        bottleneck the open segment keeps filling (up to segment.bytes) instead of queueing one small
+        object per interval, so the request count per MiB falls as the store slows down. Its records
+        lose nothing by the wait, as they could not commit before the earlier segment anyway.
+        """
+        interval = self.settings.flush_interval_ms / 1000.0
+        while not self.fenced:
+            self._wake.clear()
+            uploading = self._uploading()
+            if self._open.chunks and (self.closed or (not uploading
+                                                      and time.monotonic() - self._open.started >= interval)):
+                self._seal()
+            self._start_uploads()
+            if self._sealed and self._sealed[0].upload is not None and self._sealed[0].upload.done():
+                try:
+                    await self._commit_uploaded()
+                except FencedError as e:
+                    log.warning("%s-%d fenced: %s", self.topic, self.partition, e)
+                    self._stop_writing()
+                except Exception:  # a bug, not store trouble (both steps retry that): stop rather than hang
+                    log.exception("flush of %s-%d failed", self.topic, self.partition)
+                    self._stop_writing()
+                continue
+            if self.closed and not self._sealed and not self._open.chunks:
+                return
+            timeout = None  # an upload finishing wakes the loop
+            if self._open.chunks and not uploading:
+                timeout = max(0.0, self._open.started + interval - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+    def _uploading(self) -> bool:
+        return any(p.upload is None or not p.upload.done() for p in self._sealed)
+
+    def _start_uploads(self) -> None:
+        for pending in itertools.islice(self._sealed, self.settings.uploads_in_flight):
+            if pending.upload is None:
+                pending.upload = asyncio.get_running_loop().create_task(self._upload_pending(pending))
+                pending.upload.add_done_callback(lambda _: self._wake.set())
+
+    async def _upload_pending(self, pending: _Pending) -> _Uploaded:
+        """Build and upload one sealed segment; retries store errors until it lands or the owner stops."""
+        built = build_segment(pending.chunks, created_ms=int(time.time() * 1000),
+                              index_interval_bytes=self.settings.index_interval_bytes)
+        started = time.monotonic()
+        delay = 0.05
+        while True:
+            try:
+                key_epoch = await upload_segment(self.objects, self.settings.namespace, self.topic, self.partition,
+                                                 self.epoch, built.info.base_offset, built.data, built.index)
+                return _Uploaded(built, key_epoch, started)
+            except Exception as e:  # store trouble: keep the data, retry with back-off
+                if self.fenced or (self.closed and delay >= 2):
+                    raise FencedError(f"giving up upload at {built.info.base_offset}: {e}") from e
+                log.warning("upload of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
+                            built.info.base_offset, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _commit_uploaded(self) -> None:
+        """Commit, in one transaction, every sealed segment from the oldest on whose upload has finished;
+        then publish them and answer their producers."""
+        ready: list[tuple[_Pending, _Uploaded]] = []
+        ops = 0
+        for pending in self._sealed:
+            if pending.upload is None or not pending.upload.done():
+                break
+            if ready and (pending.upload.cancelled() or pending.upload.exception() is not None):
+                break  # only the oldest segment's failure stops the owner
+            ops += 1 + len(pending.producers)
+            if ready and ops > MAX_TXN_OPS:  # later segments wait; one alone always goes
+                break
+            ready.append((pending, pending.upload.result()))  # an upload that gave up raises here
+        delay = 0.05
+        while True:
+            try:
+                await self._commit(ready)
+                break
+            except FencedError:
+                raise
+            except Exception as e:  # store trouble: keep the data, retry with back-off
+                if self.closed and delay >= 2:
+                    raise FencedError(f"giving up flush on close: {e}") from e
+                log.warning("commit of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
+                            ready[0][1].built.info.base_offset, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        now = time.monotonic()
+        for pending, uploaded in ready:
+            self._sealed.popleft()
+            self._sealed_bytes -= pending.nbytes
+            meta = SegmentMeta.from_info(uploaded.built.info, uploaded.key_epoch)
+            self.segments.append(meta)
+            self.high_watermark = meta.last + 1
+            self.reader.cache_built(meta, uploaded.built)
+            if self.metrics is not None:
+                self.metrics.flushed(pending.nbytes, pending.last_offset - pending.first_offset + 1,
+                                     len(uploaded.built.data), now - uploaded.started)
+            for fut in pending.waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self._space.set()
+        self._notify_readers()
+
+    async def _commit(self, ready: list[tuple[_Pending, _Uploaded]]) -> None:
+        async with self._state_lock:  # log_start_offset must not move between reading and writing it
+            await self._commit_locked(ready)
+
+    async def _commit_locked(self, ready: list[tuple[_Pending, _Uploaded]]) -> None:
+        next_offset = ready[-1][1].built.info.last_offset + 1
+        state = {"next_offset": next_offset, "log_start_offset": self.log_start_offset, "epoch": self.epoch}
+        ops = [Put(keys.state(self.topic, self.partition), state)]
+        producers: dict[int, ProducerEntry] = {}
+        for pending, uploaded in ready:
+            info = uploaded.built.info
+            ops.append(Put(keys.segment(self.topic, self.partition, info.base_offset),
+                           SegmentMeta.from_info(info, uploaded.key_epoch).to_value()))
+            producers.update(pending.producers)  # later windows carry the later state
+        for pid, entry in producers.items():
+            ops.append(Put(keys.producer(self.topic, self.partition, pid), entry.to_value()))
+        guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self._owner_revision)]
+        try:
+            if self.committer is not None:
+                succeeded = await self.committer.commit(guard, ops)
+            else:
+                succeeded = (await self.meta.txn(guard, ops)).succeeded
+        except Exception:
+            # The commit may have been applied and only the reply lost: look before retrying. Only
+            # this incarnation writes its epoch, so this state can only come from this very commit.
+            current = await self.meta.get(keys.state(self.topic, self.partition))
+            if (current is not None and current.value.get("epoch") == self.epoch
+                    and current.value["next_offset"] == next_offset):
+                return
+            raise
+        if not succeeded:
+            raise FencedError(f"commit of {self.topic}-{self.partition} refused: epoch {self.epoch} is stale")
+
+    async def advance_log_start(self, offset: int) -> list[SegmentMeta]:
+        """Move the log start offset up to `offset` (<= high watermark) durably, dropping the segments
+        wholly below it from the committed state; returns them (the caller deletes their objects)."""
+        async with self._state_lock:
+            if offset <= self.log_start_offset or self.fenced:
+                return []
+            dropped = [s for s in self.segments if s.last < offset]
+            state = {"next_offset": self.high_watermark, "log_start_offset": offset, "epoch": self.epoch}
+            ops: list[Any] = [Put(keys.state(self.topic, self.partition), state)]
+            ops += [Delete(keys.segment(self.topic, self.partition, s.base)) for s in dropped]
+            guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self._owner_revision)]
+            if not (await self.meta.txn(guard, ops)).succeeded:
+                self._stop_writing()
+                raise FencedError(f"log start move of {self.topic}-{self.partition} refused: epoch is stale")
+            self.log_start_offset = offset
+            self.segments = [s for s in self.segments if s.last >= offset]
+        return dropped
+
+    def _stop_writing(self) -> None:
+        """This incarnation writes no more; its unanswered producers retry against the next owner."""
+        self.fenced = True
+        self._cancel_uploads()
+        self._fail_all(ErrorCode.not_leader_or_follower)
+
+    def _cancel_uploads(self) -> None:
+        for pending in self._sealed:
+            if pending.upload is None:
+                continue
+            if not pending.upload.done():
+                pending.upload.cancel()
+            elif not pending.upload.cancelled():
+                pending.upload.exception()  # an upload that gave up will never be committed: nothing to report
+
+    def _fail_all(self, code: ErrorCode) -> None:
+        for pending in [*self._sealed, self._open]:
+            for fut in pending.waiters:
+                if not fut.done():
+                    fut.set_exception(PartitionError(code))
+                    fut.exception()  # acks=1 producers never await theirs: no "never retrieved" noise
+        self._space.set()
+
+    # ---------------------------------------------------------------- read side
+
+    def add_data_waiter(self, event: asyncio.Event) -> None:
+        self._data_waiters.add(event)
+
+    def remove_data_waiter(self, event: asyncio.Event) -> None:
+        self._data_waiters.discard(event)
+
+    def _notify_readers(self) -> None:
+        for event in self._data_waiters:
+            event.set()
+
+    def segment_for(self, offset: int) -> SegmentMeta | None:
+        """The committed segment holding `offset`, or the next one after a gap."""
+        i = bisect.bisect_right(self.segments, offset, key=lambda s: s.base) - 1
+        if i >= 0 and self.segments[i].last >= offset:
+            return self.segments[i]
+        return self.segments[i + 1] if i + 1 < len(self.segments) else None
+
+
+class PartitionError(Exception):
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code

@@ -1,0 +1,126 @@
+"""Retention: whole segments past retention.ms or beyond retention.bytes are deleted, and the log start
+offset moves past them durably (also what DeleteRecords uses to move it).
+
+Kafka's rules: a segment expires when its newest record is older than retention.ms; by size, the
+oldest segments go while the partition would still hold at least retention.bytes without them. Only
+a prefix of the log is ever deleted. Order matters for readers: the state commit (new log start,
+segment entries removed) comes first, so no fetch is ever pointed at an object that is gone; the
+objects are deleted after it. An object whose delete fails is only garbage, never served again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.cluster.records import SegmentMeta
+from kafscale.storage import keys as object_keys
+
+if TYPE_CHECKING:
+    from kafscale.broker.partition_owner import PartitionOwner
+    from kafscale.broker.shard import ShardCore
+
+log = logging.getLogger(__name__)
+
+
+def retention_start(segments: list[SegmentMeta], log_start: int, retention_ms: int, retention_bytes: int,
+                    now_ms: int) -> int:
+    """The log start offset the retention settings ask for (log_start when nothing expires)."""
+    live = [s for s in segments if s.last >= log_start]
+    by_time = 0
+    if retention_ms >= 0:
+        for s in live:
+            newest = s.max_ts if s.max_ts >= 0 else s.created_ms
+            if newest >= now_ms - retention_ms:
+                break
+            by_time += 1
+    by_size = 0
+    if retention_bytes >= 0:
+        excess = sum(s.size for s in live) - retention_bytes
+        for s in live:
+            if excess - s.size < 0:
+                break
+            excess -= s.size
+            by_size += 1
+    count = max(by_time, by_size)
+    return max(log_start, live[count - 1].last + 1) if count else log_start
+
+
+async def truncate(owner: PartitionOwner, offset: int) -> int:
+    """Move owner's log start to offset and delete the segments wholly below it; the new log start."""
+    dropped = await owner.advance_log_start(offset)
+    if dropped:
+        ns, topic, partition = owner.settings.namespace, owner.topic, owner.partition
+        # The plain keys always, and the epoch keys where the commit names them: the plain key then
+        # holds a dead owner's uncommitted leftover, garbage that goes with the range it covered.
+        epochs = {s.base: sorted({0, s.key_epoch}) for s in dropped}
+        gone = [key for s in dropped for e in epochs[s.base]
+                for key in (object_keys.segment_key(ns, topic, partition, s.base, e),
+                            object_keys.index_key(ns, topic, partition, s.base, e))]
+        for s in dropped:
+            owner.reader.cache.discard(("seg", topic, partition, s.base))
+            owner.reader.cache.discard(("idx", topic, partition, s.base))
+        try:
+            await owner.objects.delete_many(gone)
+        except Exception as e:
+            log.warning("%s-%d: log start moved to %d but deleting %d objects failed: %s", topic, partition,
+                        owner.log_start_offset, len(gone), e)
+        log.info("%s-%d: log start %d, %d segments deleted", topic, partition, owner.log_start_offset, len(dropped))
+    return owner.log_start_offset
+
+
+async def enforce(owner: PartitionOwner, now_ms: int | None = None) -> int:
+    """Apply the topic's retention to one owner; returns the log start offset afterwards."""
+    configs = owner.topic_config()
+    start = retention_start(owner.segments, owner.log_start_offset, int(configs.get("retention.ms", 604800000)),
+                            int(configs.get("retention.bytes", -1)),
+                            int(time.time() * 1000) if now_ms is None else now_ms)
+    if start > owner.log_start_offset:
+        return await truncate(owner, start)
+    return owner.log_start_offset
+
+
+async def run(owners: Callable[[], Iterable[PartitionOwner]], interval_s: float) -> None:
+    """One loop per shard, over every owner it hosts (one timer, not one per partition)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        for owner in list(owners()):
+            if owner.closed or owner.fenced:
+                continue
+            try:
+                await enforce(owner)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # store trouble, or the owner was fenced: the next round tries again
+                log.warning("retention of %s-%d failed: %s", owner.topic, owner.partition, e)
+
+
+async def delete_records(shard: ShardCore, topic: str, partition: int, offset: int) -> dict[str, Any]:
+    """DeleteRecords for one partition, on the shard that owns it (forwarded there otherwise)."""
+    from kafscale.broker.partition_owner import FencedError
+
+    info = await shard.topics.get(topic)
+    if info is None or not 0 <= partition < info.partitions:
+        return {"error": int(ErrorCode.unknown_topic_or_partition), "low_watermark": -1}
+    if not shard.is_local(info, partition):
+        return await shard._forward(shard.leader_of(info, partition), "delete_records", (topic, partition, offset))
+    try:
+        owner = await shard.owner(topic, partition)
+    except Exception as e:
+        log.warning("cannot open %s-%d: %s", topic, partition, e)
+        return {"error": int(ErrorCode.not_leader_or_follower), "low_watermark": -1}
+    target = owner.high_watermark if offset == -1 else offset
+    if not 0 <= target <= owner.high_watermark:
+        return {"error": int(ErrorCode.offset_out_of_range), "low_watermark": -1}
+    try:
+        return {"error": 0, "low_watermark": await truncate(owner, target)}
+    except FencedError:
+        return {"error": int(ErrorCode.not_leader_or_follower), "low_watermark": -1}
+    except Exception as e:  # metadata store trouble: retriable
+        log.warning("DeleteRecords on %s-%d failed: %s", topic, partition, e)
+        return {"error": int(ErrorCode.request_timed_out), "low_watermark": -1}

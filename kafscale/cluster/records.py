@@ -1,0 +1,36 @@
+"""Records the metadata store keeps about a partition's log (the values under kafscale.cluster.keys)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMeta:
+    """What the metadata store records for each committed segment."""
+
+    base: int
+    last: int
+    size: int
+    records: int
+    min_ts: int
+    max_ts: int
+    crc: int
+    created_ms: int
+    key_epoch: int = 0  # which object key holds it (see kafscale.storage.keys): 0 = the plain key
+
+    def to_value(self) -> dict[str, int]:
+        return {"base": self.base, "last": self.last, "size": self.size, "records": self.records,
+                "min_ts": self.min_ts, "max_ts": self.max_ts, "crc": self.crc, "created_ms": self.created_ms,
+                "key_epoch": self.key_epoch}
+
+    @classmethod
+    def from_value(cls, v: dict[str, Any]) -> SegmentMeta:
+        return cls(v["base"], v["last"], v["size"], v["records"], v["min_ts"], v["max_ts"], v["crc"],
+                   v["created_ms"], v.get("key_epoch", 0))
+
+    @classmethod
+    def from_info(cls, info: Any, key_epoch: int = 0) -> SegmentMeta:
+        return cls(info.base_offset, info.last_offset, info.size, info.record_count, info.min_timestamp,
+                   info.max_timestamp, info.crc, info.created_ms, key_epoch)

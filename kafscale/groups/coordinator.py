@@ -1,0 +1,287 @@
+"""The group coordinator: the logical actor of one consumer group, hosted by a shard.
+
+`Group` (group_state.py) decides; this wraps it with what needs a loop and a store: requests waiting for their
+answer, one timer task for sessions and barriers, and the writes. Everything touching the group runs under its
+lock, so the state machine sees one request at a time (writes included: a SyncGroup's assignment is durable
+before anyone else can change the group).
+
+Fencing: the registry took the group's coordinator key for this incarnation (group_registry.py); every write
+compares that key's revision, so a coordinator that has been replaced cannot write, and stops (NOT_COORDINATOR).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.cluster import keys
+from kafscale.groups.offsets import OffsetEntry, TopicPartition, expired_offsets
+from kafscale.groups.state import Group, JoinResult, State, SyncResult
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
+
+log = logging.getLogger(__name__)
+
+# A commit of more partitions than MAX_TXN_OPS is written in several transactions, each still fenced.
+
+
+class CoordinatorFenced(Exception):
+    """Another coordinator incarnation took the group over."""
+
+
+class GroupCoordinator:
+    def __init__(self, group: Group, *, meta: MetadataStore, revision: int, offsets: dict[TopicPartition, OffsetEntry],
+                 persisted: bool, on_dead: Callable[[GroupCoordinator], None]) -> None:
+        self.group_id = group.group_id
+        self.group = group
+        self.offsets = offsets
+        self.meta = meta
+        self._revision = revision
+        self._persisted = persisted  # the group's record exists in the store
+        self._on_dead = on_dead
+        self._lock = asyncio.Lock()
+        self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._tickets = itertools.count(1)
+        self._wake = asyncio.Event()
+        self._timer: asyncio.Task[None] | None = None
+        self.closed = False
+
+    def start(self) -> None:
+        self._timer = asyncio.get_running_loop().create_task(self._timer_loop())
+
+    async def close(self) -> None:
+        """The shard stops: waiting requests are told to find the coordinator again."""
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self.group.mark_dead()
+        self._deliver()
+
+    # ---------------------------------------------------------------- membership
+
+    async def join(self, **request: Any) -> JoinResult:
+        return await self._call(self.group.join, request)
+
+    async def sync(self, **request: Any) -> SyncResult:
+        return await self._call(self.group.sync, request)
+
+    async def _call(self, method: Callable[..., Any], request: dict[str, Any]) -> Any:
+        async with self._lock:
+            ticket = next(self._tickets)
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters[ticket] = waiter
+            result = method(time.time(), ticket=ticket, **request)
+            await self._settle()
+        if result is not None:
+            self._waiters.pop(ticket, None)
+            return result
+        try:
+            return await waiter
+        finally:
+            self._waiters.pop(ticket, None)
+
+    async def heartbeat(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
+        async with self._lock:
+            return self.group.heartbeat(time.time(), member_id, instance_id, generation)
+
+    async def leave(self, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        async with self._lock:
+            result = self.group.leave(time.time(), members)
+            await self._settle()
+            return result
+
+    def _deliver(self) -> None:
+        replies, self.group.replies = self.group.replies, []
+        for ticket, result in replies:
+            waiter = self._waiters.get(ticket)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(result)
+
+    async def _settle(self) -> None:
+        """Hand out ready answers and do the writes the state machine asked for, until nothing is left."""
+        while True:
+            self._deliver()
+            pending = self.group.pending_assignment
+            if pending is not None:
+                generation, assignment = pending
+                error = await self._store_group(assignment)
+                self.group.assignment_stored(time.time(), generation, assignment, error)
+            elif self.group.store_requested:
+                self.group.store_requested = False
+                await self._store_group(None)
+            else:
+                break
+        self._wake.set()
+
+    async def _store_group(self, assignment: dict[str, bytes] | None) -> ErrorCode:
+        try:
+            await self._write([Put(keys.group(self.group_id), self.group.to_value(assignment))])
+        except CoordinatorFenced:
+            self._fenced()
+            return ErrorCode.not_coordinator
+        except MetadataStoreError as e:
+            log.warning("group %s: storing generation %d failed: %s", self.group_id, self.group.generation, e)
+            return ErrorCode.coordinator_not_available
+        self._persisted = True
+        return ErrorCode.none
+
+    async def _timer_loop(self) -> None:
+        while not self.closed:
+            delay = self.group.next_deadline() - time.time()
+            if delay > 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=min(delay, 3600))
+                continue
+            async with self._lock:
+                if self.closed:
+                    return
+                before = self.group.next_deadline()
+                try:
+                    self.group.expire(time.time())
+                    await self._settle()
+                except Exception:
+                    log.exception("group %s: timer failed", self.group_id)
+                moved = self.group.next_deadline() > before
+            if not moved:  # a deadline that does not move would make this loop spin
+                await asyncio.sleep(0.05)
+
+    # ---------------------------------------------------------------- offsets
+
+    async def commit(self, member_id: str, instance_id: str | None, generation: int,
+                     entries: Sequence[tuple[str, int, OffsetEntry]]) -> ErrorCode:
+        """Validate against the group, then make the offsets durable (fenced) before the caller answers."""
+        async with self._lock:
+            error = self.group.check_commit(time.time(), member_id, instance_id, generation)
+            if error != ErrorCode.none or not entries:
+                return error
+            ops: list[Op] = [Put(keys.group_offset(self.group_id, t, p), e.to_value()) for t, p, e in entries]
+            if not self._persisted:  # a standalone group becomes visible (ListGroups) with its first commit
+                ops.insert(0, Put(keys.group(self.group_id), self.group.to_value()))
+            error = await self._write_offsets(ops)
+            if error == ErrorCode.none:
+                self._persisted = True
+                for t, p, e in entries:
+                    self.offsets[(t, p)] = e
+            return error
+
+    async def _write_offsets(self, ops: list[Op]) -> ErrorCode:
+        try:
+            for i in range(0, len(ops), MAX_TXN_OPS):
+                await self._write(ops[i:i + MAX_TXN_OPS])
+        except CoordinatorFenced:
+            self._fenced()
+            return ErrorCode.not_coordinator
+        except MetadataStoreError as e:
+            # The write may have happened with only its reply lost: read back what the store holds.
+            log.warning("group %s: offset write failed: %s", self.group_id, e)
+            try:
+                stored = await self.meta.range(keys.group_offsets(self.group_id))
+            except MetadataStoreError:
+                log.warning("group %s: store unreachable, unloading (a fresh load re-reads it)", self.group_id)
+                self._dead()  # memory may now disagree with the store
+                return ErrorCode.coordinator_not_available
+            self.offsets = parse_offsets(self.group_id, stored)
+            return ErrorCode.coordinator_not_available
+        return ErrorCode.none
+
+    async def delete_offsets(self, partitions: list[TopicPartition]
+                             ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete: allowed for an Empty group, and for topics an active consumer group does not subscribe to."""
+        async with self._lock:
+            g = self.group
+            if g.state is State.DEAD:
+                return ErrorCode.group_id_not_found, {}
+            errors = {tp: ErrorCode.none for tp in partitions}
+            if g.state is not State.EMPTY:
+                if g.protocol_type != "consumer":
+                    return ErrorCode.non_empty_group, {}
+                topics = g.subscribed_topics() or set()
+                for tp in partitions:
+                    if tp[0] in topics:
+                        errors[tp] = ErrorCode.group_subscribed_to_topic
+            gone = [tp for tp, e in errors.items() if e == ErrorCode.none and tp in self.offsets]
+            deletes: list[Op] = [Delete(keys.group_offset(self.group_id, *tp)) for tp in gone]
+            error = await self._write_offsets(deletes)
+            if error != ErrorCode.none:
+                return error, {}
+            for tp in gone:
+                self.offsets.pop(tp, None)
+            return ErrorCode.none, errors
+
+    async def expire_offsets(self, now_ms: int, retention_ms: int, gone: set[TopicPartition] | None = None) -> None:
+        """Drop offsets past retention, and `gone` ones (of deleted topics); an Empty group left without offsets
+        is removed altogether (Kafka)."""
+        async with self._lock:
+            if self.group.state is State.DEAD:
+                return
+            expired = expired_offsets(self.group, self.offsets, now_ms, retention_ms)
+            expired += [tp for tp in sorted(gone or ()) if tp in self.offsets and tp not in expired]
+            remove = (self.group.state is State.EMPTY and len(expired) == len(self.offsets)
+                      and not self.group.pending_members)
+            if remove:
+                await self._remove_group()
+            elif expired:
+                deletes: list[Op] = [Delete(keys.group_offset(self.group_id, *tp)) for tp in expired]
+                if await self._write_offsets(deletes) == ErrorCode.none:
+                    for tp in expired:
+                        self.offsets.pop(tp, None)
+            if expired:
+                log.info("group %s: %d offsets expired%s", self.group_id, len(expired), ", group removed" * remove)
+
+    async def delete_group(self) -> ErrorCode:
+        async with self._lock:
+            if self.group.state is State.DEAD:
+                return ErrorCode.group_id_not_found
+            if self.group.state is not State.EMPTY:
+                return ErrorCode.non_empty_group
+            return await self._remove_group()
+
+    async def _remove_group(self) -> ErrorCode:
+        """Group record, offsets and coordinator key go in one fenced transaction."""
+        try:
+            await self._write([Delete(keys.group(self.group_id)),
+                               Delete(keys.group_offsets(self.group_id), prefix=True),
+                               Delete(keys.group_coordinator(self.group_id))])
+        except CoordinatorFenced:
+            self._fenced()
+            return ErrorCode.not_coordinator
+        except MetadataStoreError as e:
+            log.warning("group %s: delete failed: %s", self.group_id, e)
+            return ErrorCode.coordinator_not_available
+        self.offsets.clear()
+        self._dead()
+        return ErrorCode.none
+
+    # ---------------------------------------------------------------- store
+
+    async def _write(self, ops: list[Op]) -> None:
+        guard = [Compare(keys.group_coordinator(self.group_id), "mod_revision", "==", self._revision)]
+        if not (await self.meta.txn(guard, ops)).succeeded:
+            raise CoordinatorFenced(self.group_id)
+
+    def _fenced(self) -> None:
+        log.warning("group %s: coordinator fenced (another incarnation took the group over)", self.group_id)
+        self._dead()
+
+    def _dead(self) -> None:
+        self.closed = True
+        self.group.mark_dead()
+        self._deliver()
+        self._wake.set()
+        self._on_dead(self)
+
+
+def parse_offsets(group_id: str, kvs: Sequence[Any]) -> dict[TopicPartition, OffsetEntry]:
+    prefix = len(keys.group_offsets(group_id))
+    out = {}
+    for kv in kvs:
+        topic, _, partition = kv.key[prefix:].rpartition("/")
+        out[(topic, int(partition))] = OffsetEntry.from_value(kv.value)
+    return out

@@ -1,0 +1,534 @@
+"""One consumer group's membership state machine (Kafka's classic group protocol), without I/O or clocks.
+
+States: Empty → PreparingRebalance → CompletingRebalance → Stable, back to PreparingRebalance on any membership
+change, and Dead once the group is deleted or its coordinator lost it. Kafka's GroupCoordinator and GroupMetadata
+are the reference for every rule here; the docstrings name the Kafka behaviour a branch reproduces.
+
+Every method takes `now` (wall-clock seconds) so tests drive time explicitly; nothing here sleeps. A request that
+must wait (a JoinGroup at the barrier, a SyncGroup until the leader's assignment is stored) carries a `ticket`; its
+answer is appended to `replies` as (ticket, result) once it is ready, and the coordinator (group_coordinator.py)
+hands it to the waiting request. Two things need the store: `pending_assignment` (the leader's assignment must be
+durable before any member receives it: the coordinator writes it, then calls `assignment_stored`) and
+`store_requested` (membership changed in a way a restarted coordinator must see; written after the call).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.groups.members import (
+    CONSUMER_PROTOCOL,
+    NEVER,
+    GroupSettings,
+    JoinResult,
+    Member,
+    State,
+    SyncResult,
+    subscribed_topics,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CONSUMER_PROTOCOL", "Group", "GroupSettings", "JoinResult", "Member", "State", "SyncResult"]
+
+class Group:
+    def __init__(self, group_id: str, settings: GroupSettings, now: float) -> None:
+        self.group_id = group_id
+        self.settings = settings
+        self.state = State.EMPTY
+        self.state_since = now  # offsets of an Empty group expire relative to this
+        self.generation = 0
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.leader: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}  # group.instance.id -> member id
+        self.pending_members: dict[str, float] = {}  # ids handed out with MEMBER_ID_REQUIRED -> expiry
+        self.pending_sync: set[str] = set()  # members of this generation that have not sent SyncGroup yet
+        self.join_deadline: float | None = None  # the rebalance barrier gives up waiting here
+        self.sync_deadline: float | None = None
+        self.initial_delay = False  # the barrier is Kafka's InitialDelayedJoin (group was Empty)
+        self.initial_remaining_ms = 0
+        self.new_member_added = False
+        self.replies: list[tuple[int, JoinResult | SyncResult]] = []
+        self.pending_assignment: tuple[int, dict[str, bytes]] | None = None
+        self.store_requested = False
+
+    # ------------------------------------------------------------------ queries
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def all_members_joined(self) -> bool:
+        return not self.pending_members and all(m.join_ticket is not None for m in self.members.values())
+
+    def is_fenced(self, instance_id: str | None, member_id: str) -> bool:
+        """A static member's id was replaced by a newer instance with the same group.instance.id."""
+        return instance_id is not None and self.static_members.get(instance_id, member_id) != member_id
+
+    def supports(self, protocol_type: str, names: set[str]) -> bool:
+        if self.state is State.EMPTY:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
+
+    def candidate_protocols(self) -> set[str]:
+        sets = [m.names() for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred protocol that all members support; most votes wins."""
+        candidates = self.candidate_protocols()
+        votes = Counter(next(n for n, _ in m.protocols if n in candidates) for m in self.members.values())
+        return max(votes, key=lambda name: votes[name])  # ties: the first voted for (dicts keep order)
+
+    def subscribed_topics(self) -> set[str] | None:
+        if self.protocol_type != CONSUMER_PROTOCOL or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            got = subscribed_topics(m.metadata(self.protocol_name))
+            if got is None:
+                return None
+            topics |= got
+        return topics
+
+    def next_deadline(self) -> float:
+        times = [d for d in (self.join_deadline, self.sync_deadline) if d is not None]
+        times += self.pending_members.values()
+        times += [m.heartbeat_deadline for m in self.members.values() if m.can_expire()]
+        return min(times, default=NEVER)
+
+    # ------------------------------------------------------------------ JoinGroup
+
+    def join(self, now: float, *, ticket: int, member_id: str, instance_id: str | None, client_id: str,
+             client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+             protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult | None:
+        """Kafka's handleJoinGroup: an answer now, or None when the answer comes through `replies`."""
+        s = self.settings
+        if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        if self.state is State.DEAD:
+            return JoinResult(ErrorCode.coordinator_not_available, member_id)
+        if not self.supports(protocol_type, {n for n, _ in protocols}):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+        spec = dict(instance_id=instance_id, client_id=client_id, client_host=client_host,
+                    session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+                    protocol_type=protocol_type, protocols=protocols)
+        if member_id == "":
+            if s.max_size and len(self.members) + len(self.pending_members) >= s.max_size:
+                return JoinResult(ErrorCode.group_max_size_reached, member_id)
+            new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
+            if instance_id is not None:
+                result = self._static_join(now, ticket, new_id, spec)
+            elif require_known_member_id:
+                # KIP-394: the id is only remembered; the member counts once it joins again with it.
+                self.pending_members[new_id] = now + session_timeout_ms / 1000
+                return JoinResult(ErrorCode.member_id_required, new_id)
+            else:
+                self._add_member(now, ticket, new_id, spec)
+                result = None
+        elif member_id in self.pending_members:
+            del self.pending_members[member_id]
+            self._add_member(now, ticket, member_id, spec)
+            result = None
+        else:
+            result = self._current_member_join(now, ticket, member_id, spec)
+        if self.state is State.PREPARING:
+            self._try_complete_join(now)
+        return result
+
+    def _current_member_join(self, now: float, ticket: int, member_id: str, spec: dict[str, Any]) -> JoinResult | None:
+        instance_id = spec["instance_id"]
+        if self.is_fenced(instance_id, member_id):
+            return JoinResult(ErrorCode.fenced_instance_id, member_id)
+        if member_id not in self.members or (instance_id is not None and instance_id not in self.static_members):
+            return JoinResult(ErrorCode.unknown_member_id, member_id)
+        member = self.members[member_id]
+        same = member.protocols == spec["protocols"]
+        if self.state is State.PREPARING:
+            self._update_member(now, member, ticket, spec)
+            return None
+        if self.state is State.COMPLETING and same:
+            # It lost the answer of this generation's JoinGroup: give it again.
+            return self._join_result(member_id)
+        if self.state is State.STABLE and same and member_id != self.leader:
+            return self._join_result(member_id)
+        if self.state in (State.COMPLETING, State.STABLE):
+            # Changed metadata, or the leader re-joining (it does so to rebalance on topic changes).
+            self._update_member(now, member, ticket, spec)
+            self._prepare_rebalance(now, f"{'leader' if member_id == self.leader else 'member'} {member_id} "
+                                    f"re-joined{'' if same else ' with new metadata'}")
+            return None
+        return JoinResult(ErrorCode.unknown_member_id, member_id)
+
+    def _static_join(self, now: float, ticket: int, new_id: str, spec: dict[str, Any]) -> JoinResult | None:
+        """A known group.instance.id joining without a member id replaces the old member (which is fenced)
+        and, in a Stable group whose protocol would not change, gets the current assignment without a rebalance."""
+        instance_id = spec["instance_id"]
+        old_id = self.static_members.get(instance_id)
+        if old_id is None or old_id not in self.members:
+            self._add_member(now, ticket, new_id, spec)
+            return None
+        old_leader = self.leader
+        member = self.members.pop(old_id)
+        self._reply_join(member, JoinResult(ErrorCode.fenced_instance_id, old_id))
+        self._reply_sync(member, SyncResult(ErrorCode.fenced_instance_id))
+        member.member_id = new_id
+        self.members[new_id] = member
+        self.static_members[instance_id] = new_id
+        if self.leader == old_id:
+            self.leader = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
+        member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        if self.state is State.STABLE:
+            previous = member.protocols
+            member.protocols = spec["protocols"]
+            if self.select_protocol() == self.protocol_name:
+                member.session_timeout_ms = spec["session_timeout_ms"]
+                member.rebalance_timeout_ms = spec["rebalance_timeout_ms"]
+                self.store_requested = True
+                # The old leader id is returned so that a replaced leader does not compute an assignment a
+                # Stable group would never hand out.
+                return JoinResult(ErrorCode.none, new_id, self.generation, self.protocol_type, self.protocol_name,
+                                  old_leader or "")
+            member.protocols = previous
+        self._update_member(now, member, ticket, spec)
+        if self.state is not State.PREPARING:
+            self._prepare_rebalance(now, f"static member {instance_id} re-joined")
+        return None
+
+    def _add_member(self, now: float, ticket: int, member_id: str, spec: dict[str, Any]) -> None:
+        member = Member(member_id=member_id, is_new=True, join_ticket=ticket, **spec)
+        if self.state is State.PREPARING and self.generation == 0:
+            self.new_member_added = True
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member_id
+        if self.leader is None:
+            self.leader = member_id
+        member.heartbeat_deadline = now + self.settings.new_member_join_timeout_ms / 1000
+        if self.state in (State.EMPTY, State.STABLE, State.COMPLETING):
+            self._prepare_rebalance(now, f"member {member_id} joined")
+
+    def _update_member(self, now: float, member: Member, ticket: int, spec: dict[str, Any]) -> None:
+        member.protocols = spec["protocols"]
+        member.session_timeout_ms = spec["session_timeout_ms"]
+        member.rebalance_timeout_ms = spec["rebalance_timeout_ms"]
+        if member.join_ticket is not None and member.join_ticket != ticket:
+            # A second JoinGroup while the first still waits: the client gave up on the first.
+            self._reply_join(member, JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
+        member.join_ticket = ticket
+
+    def _join_result(self, member_id: str) -> JoinResult:
+        members = []
+        if member_id == self.leader:
+            members = [(m.member_id, m.instance_id, m.metadata(self.protocol_name)) for m in self.members.values()]
+        return JoinResult(ErrorCode.none, member_id, self.generation, self.protocol_type, self.protocol_name,
+                          self.leader or "", members)
+
+    # ------------------------------------------------------------------ the rebalance barrier
+
+    def _transition(self, state: State, now: float) -> None:
+        self.state = state
+        self.state_since = now
+
+    def _prepare_rebalance(self, now: float, reason: str) -> None:
+        log.info("group %s: rebalancing from %s, generation %d: %s", self.group_id, self.state.value,
+                 self.generation, reason)
+        if self.state is State.COMPLETING:
+            self._propagate_assignment_error(now, ErrorCode.rebalance_in_progress)
+        self.sync_deadline = None
+        was_empty = self.state is State.EMPTY
+        self._transition(State.PREPARING, now)
+        delay = self.settings.initial_rebalance_delay_ms
+        if was_empty and delay > 0:
+            # Kafka's InitialDelayedJoin: wait for more members of a starting group, extended while they come.
+            self.initial_delay = True
+            self.initial_remaining_ms = max(self.rebalance_timeout_ms() - delay, 0)
+            self.join_deadline = now + delay / 1000
+        else:
+            self.initial_delay = False
+            self.join_deadline = now + self.rebalance_timeout_ms() / 1000
+            self._try_complete_join(now)
+
+    def _try_complete_join(self, now: float) -> None:
+        if self.state is State.PREPARING and not self.initial_delay and self.all_members_joined():
+            self._complete_join(now)
+
+    def _complete_join(self, now: float) -> None:
+        self.join_deadline = None
+        self.initial_delay = False
+        for m in list(self.members.values()):
+            # Dynamic members that did not re-join in time are out; static ones keep their place.
+            if m.join_ticket is None and m.instance_id is None:
+                self._remove(m.member_id)
+        if self.members and not self._elect_joined_leader():
+            # Nobody re-joined (only absent static members): wait another round for their sessions to end.
+            self.join_deadline = now + self.rebalance_timeout_ms() / 1000
+            return
+        self.generation += 1
+        self.pending_sync.clear()
+        if not self.members:
+            self.protocol_name = None
+            self._transition(State.EMPTY, now)
+            self.store_requested = True
+            return
+        self.protocol_name = self.select_protocol()
+        self._transition(State.COMPLETING, now)
+        log.info("group %s: generation %d with %d members, protocol %s", self.group_id, self.generation,
+                 len(self.members), self.protocol_name)
+        for m in self.members.values():
+            if m.join_ticket is not None:
+                self.replies.append((m.join_ticket, self._join_result(m.member_id)))
+                m.join_ticket = None
+            m.heartbeat_deadline = now + m.session_timeout_ms / 1000
+            m.is_new = False
+            self.pending_sync.add(m.member_id)
+        self.sync_deadline = now + self.rebalance_timeout_ms() / 1000
+
+    def _elect_joined_leader(self) -> bool:
+        if self.leader in self.members and self.members[self.leader].join_ticket is not None:
+            return True
+        joined = next((m.member_id for m in self.members.values() if m.join_ticket is not None), None)
+        if joined is None:
+            return False
+        self.leader = joined
+        return True
+
+    # ------------------------------------------------------------------ SyncGroup
+
+    def sync(self, now: float, *, ticket: int, member_id: str, instance_id: str | None, generation: int,
+             protocol_type: str | None, protocol_name: str | None,
+             assignments: dict[str, bytes]) -> SyncResult | None:
+        if self.state is State.DEAD:
+            return SyncResult(ErrorCode.coordinator_not_available)
+        if self.is_fenced(instance_id, member_id):
+            return SyncResult(ErrorCode.fenced_instance_id)
+        if member_id not in self.members:
+            return SyncResult(ErrorCode.unknown_member_id)
+        if generation != self.generation:
+            return SyncResult(ErrorCode.illegal_generation)
+        if (protocol_type is not None and protocol_type != self.protocol_type) or (
+                protocol_name is not None and protocol_name != self.protocol_name):
+            return SyncResult(ErrorCode.inconsistent_group_protocol)
+        if self.state is State.EMPTY:
+            return SyncResult(ErrorCode.unknown_member_id)
+        if self.state is State.PREPARING:
+            return SyncResult(ErrorCode.rebalance_in_progress)
+        member = self.members[member_id]
+        self._sync_done(member_id)
+        if self.state is State.STABLE:
+            member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+            return SyncResult(ErrorCode.none, self.protocol_type, self.protocol_name, member.assignment)
+        if member.sync_ticket is not None:
+            self._reply_sync(member, SyncResult(ErrorCode.rebalance_in_progress))
+        member.sync_ticket = ticket
+        if member_id == self.leader:
+            # Members the leader left out get an empty assignment; ids that are no members are ignored.
+            self.pending_assignment = (self.generation, {m: assignments.get(m, b"") for m in self.members})
+        return None
+
+    def _sync_done(self, member_id: str) -> None:
+        self.pending_sync.discard(member_id)
+        if not self.pending_sync:
+            self.sync_deadline = None
+
+    def assignment_stored(self, now: float, generation: int, assignment: dict[str, bytes], error: ErrorCode) -> None:
+        """The coordinator wrote (or failed to write) the leader's assignment: hand it out and become Stable."""
+        self.pending_assignment = None
+        if self.state is not State.COMPLETING or generation != self.generation:
+            return  # the group moved on while the write was in flight
+        if error != ErrorCode.none:
+            self._propagate_assignment_error(now, error)
+            self._prepare_rebalance(now, f"storing the assignment failed ({error.name})")
+            return
+        for m in self.members.values():
+            m.assignment = assignment.get(m.member_id, b"")
+            if m.sync_ticket is not None:
+                self._reply_sync(m, SyncResult(ErrorCode.none, self.protocol_type, self.protocol_name, m.assignment))
+                m.heartbeat_deadline = now + m.session_timeout_ms / 1000
+        self._transition(State.STABLE, now)
+
+    def _propagate_assignment_error(self, now: float, error: ErrorCode) -> None:
+        for m in self.members.values():
+            m.assignment = b""
+            if m.sync_ticket is not None:
+                self._reply_sync(m, SyncResult(error))
+                m.heartbeat_deadline = now + m.session_timeout_ms / 1000
+
+    # ------------------------------------------------------------------ Heartbeat, commits, LeaveGroup
+
+    def heartbeat(self, now: float, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
+        error = self._check_member(member_id, instance_id, generation)
+        if error != ErrorCode.none:
+            return error
+        if self.state is State.EMPTY:
+            return ErrorCode.unknown_member_id
+        member = self.members[member_id]
+        member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        return ErrorCode.rebalance_in_progress if self.state is State.PREPARING else ErrorCode.none
+
+    def check_commit(self, now: float, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
+        """Kafka's validation of an OffsetCommit: generation -1 commits only into an Empty group."""
+        if self.state is State.DEAD:
+            return ErrorCode.coordinator_not_available
+        if generation < 0 and self.state is State.EMPTY:
+            return ErrorCode.none
+        error = self._check_member(member_id, instance_id, generation)
+        if error != ErrorCode.none:
+            return error
+        if self.state is State.COMPLETING:
+            return ErrorCode.rebalance_in_progress
+        if self.state is State.EMPTY:
+            return ErrorCode.unknown_member_id
+        member = self.members[member_id]
+        member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        return ErrorCode.none
+
+    def _check_member(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
+        if self.state is State.DEAD:
+            return ErrorCode.coordinator_not_available
+        if self.is_fenced(instance_id, member_id):
+            return ErrorCode.fenced_instance_id
+        if member_id not in self.members:
+            return ErrorCode.unknown_member_id
+        if generation != self.generation:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def leave(self, now: float, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        """Batch leave (KIP-345): members by id, or static members by group.instance.id alone."""
+        if self.state is State.DEAD:
+            return ErrorCode.coordinator_not_available, []
+        errors = []
+        for member_id, instance_id in leaving:
+            if member_id == "":
+                current = self.static_members.get(instance_id) if instance_id is not None else None
+                if current is None or current not in self.members:
+                    errors.append(ErrorCode.unknown_member_id)
+                    continue
+                member_id = current
+            elif member_id in self.pending_members:
+                del self.pending_members[member_id]
+                self._try_complete_join(now)
+                errors.append(ErrorCode.none)
+                continue
+            elif self.is_fenced(instance_id, member_id):
+                errors.append(ErrorCode.fenced_instance_id)
+                continue
+            elif member_id not in self.members:
+                errors.append(ErrorCode.unknown_member_id)
+                continue
+            self._remove_member(now, self.members[member_id], "left")
+            errors.append(ErrorCode.none)
+        return ErrorCode.none, errors
+
+    def _remove_member(self, now: float, member: Member, reason: str) -> None:
+        self._reply_join(member, JoinResult(ErrorCode.unknown_member_id, ""))
+        self._reply_sync(member, SyncResult(ErrorCode.unknown_member_id))
+        self._remove(member.member_id)
+        if self.state in (State.STABLE, State.COMPLETING):
+            self._prepare_rebalance(now, f"member {member.member_id} {reason}")
+        else:
+            self._try_complete_join(now)
+
+    def _remove(self, member_id: str) -> None:
+        member = self.members.pop(member_id)
+        if member.instance_id is not None and self.static_members.get(member.instance_id) == member_id:
+            del self.static_members[member.instance_id]
+        if self.leader == member_id:
+            self.leader = next(iter(self.members), None)
+        self.pending_sync.discard(member_id)
+
+    def _reply_join(self, member: Member, result: JoinResult) -> None:
+        if member.join_ticket is not None:
+            self.replies.append((member.join_ticket, result))
+            member.join_ticket = None
+
+    def _reply_sync(self, member: Member, result: SyncResult) -> None:
+        if member.sync_ticket is not None:
+            self.replies.append((member.sync_ticket, result))
+            member.sync_ticket = None
+
+    # ------------------------------------------------------------------ time
+
+    def expire(self, now: float) -> None:
+        """Apply every deadline that has passed: pending ids, sessions, SyncGroup and JoinGroup barriers."""
+        for member_id, deadline in list(self.pending_members.items()):
+            if deadline <= now:
+                del self.pending_members[member_id]
+                self._try_complete_join(now)
+        for m in list(self.members.values()):
+            if m.member_id in self.members and m.can_expire() and m.heartbeat_deadline <= now:
+                self._remove_member(now, m, "session expired")
+        if self.sync_deadline is not None and self.sync_deadline <= now:
+            self.sync_deadline = None
+            if self.state in (State.COMPLETING, State.STABLE) and self.pending_sync:
+                for member_id in list(self.pending_sync):
+                    if member_id in self.members:
+                        self._remove(member_id)
+                self._prepare_rebalance(now, "members did not send SyncGroup in time")
+        if self.join_deadline is not None and self.join_deadline <= now and self.state is State.PREPARING:
+            if self.initial_delay and self.new_member_added and self.initial_remaining_ms > 0:
+                self.new_member_added = False
+                delay = min(self.settings.initial_rebalance_delay_ms, self.initial_remaining_ms)
+                self.initial_remaining_ms = max(self.initial_remaining_ms - delay, 0)
+                self.join_deadline = now + delay / 1000
+            else:
+                self._complete_join(now)
+
+    def mark_dead(self) -> None:
+        """Deleted or lost to another coordinator: every waiting request must look for the coordinator again."""
+        self.state = State.DEAD
+        for m in self.members.values():
+            self._reply_join(m, JoinResult(ErrorCode.not_coordinator, m.member_id))
+            self._reply_sync(m, SyncResult(ErrorCode.not_coordinator))
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_value(self, assignment: dict[str, bytes] | None = None) -> dict[str, Any]:
+        return {
+            "generation": self.generation, "protocol_type": self.protocol_type, "protocol": self.protocol_name,
+            "leader": self.leader, "state_ms": int(self.state_since * 1000),
+            "members": [{
+                "id": m.member_id, "instance": m.instance_id, "client": m.client_id, "host": m.client_host,
+                "session_ms": m.session_timeout_ms, "rebalance_ms": m.rebalance_timeout_ms,
+                "protocols": [[n, d] for n, d in m.protocols],
+                "assignment": m.assignment if assignment is None else assignment.get(m.member_id, b""),
+            } for m in self.members.values()],
+        }
+
+    @classmethod
+    def from_value(cls, group_id: str, value: dict[str, Any], settings: GroupSettings, now: float) -> Group:
+        """A coordinator taking the group over: Stable with the stored members (their sessions restart), or Empty."""
+        group = cls(group_id, settings, now)
+        group.generation = int(value["generation"])
+        group.protocol_type = value.get("protocol_type")
+        group.protocol_name = value.get("protocol")
+        group.leader = value.get("leader")
+        for v in value.get("members", []):
+            m = Member(member_id=v["id"], instance_id=v["instance"], client_id=v["client"], client_host=v["host"],
+                       session_timeout_ms=int(v["session_ms"]), rebalance_timeout_ms=int(v["rebalance_ms"]),
+                       protocol_type=group.protocol_type or "", protocols=[(n, bytes(d)) for n, d in v["protocols"]],
+                       assignment=bytes(v["assignment"]))
+            m.heartbeat_deadline = now + m.session_timeout_ms / 1000
+            group.members[m.member_id] = m
+            if m.instance_id is not None:
+                group.static_members[m.instance_id] = m.member_id
+        if group.members and group.protocol_name is not None:
+            group.state = State.STABLE
+        else:
+            group.members.clear()
+            group.static_members.clear()
+            group.leader = None
+            group.state_since = int(value.get("state_ms", now * 1000)) / 1000
+        return group

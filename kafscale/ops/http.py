@@ -1,0 +1,101 @@
+"""Each shard's HTTP endpoint: /metrics (Prometheus), /healthz (alive), /readyz (able to serve).
+
+/readyz checks, each with a short timeout, what a load balancer needs before sending clients here:
+the Kafka listener accepts connections, the metadata store answers, and the object store answers a
+probe (a HEAD of `{namespace}/__health/probe`, through the shard's store so the S3 health tracker
+sees it too) and is not judged unavailable. The answer is 200 or 503 with a JSON body naming each check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kafscale.cluster import keys
+from kafscale.storage.health import HealthState
+
+if TYPE_CHECKING:
+    from kafscale.broker.shard import ShardCore
+
+log = logging.getLogger(__name__)
+CHECK_TIMEOUT_S = 2.0
+
+
+async def readiness(shard: ShardCore) -> dict[str, Any]:
+    async def listening() -> None:
+        _, writer = await asyncio.open_connection("127.0.0.1" if shard.listener.host in ("0.0.0.0", "")
+                                                  else shard.listener.host, shard.listener.port)
+        writer.close()
+
+    async def metadata() -> None:
+        await shard.meta.get(keys.CLUSTER)
+
+    async def objects() -> None:
+        await shard.probe_object_store()
+        if shard.objects.state() == HealthState.UNAVAILABLE:
+            raise RuntimeError("object store judged unavailable (errors or latency over the health window)")
+
+    checks: dict[str, Any] = {}
+    for name, check in (("listener", listening), ("metadata_store", metadata), ("object_store", objects)):
+        try:
+            await asyncio.wait_for(check(), CHECK_TIMEOUT_S)
+            checks[name] = "ok"
+        except TimeoutError:
+            checks[name] = f"no answer within {CHECK_TIMEOUT_S}s"
+        except Exception as e:
+            checks[name] = f"failed: {e}"
+    return {"ready": all(v == "ok" for v in checks.values()), "shard": shard.shard_id,
+            "s3_health": shard.objects.state().name.lower(), "checks": checks}
+
+
+class MetricsServer:
+    def __init__(self, shard: ShardCore, host: str, port: int) -> None:
+        self.shard = shard
+        self.host = host
+        self.port = port  # the bound port after start() (0 picks a free one)
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server  # aiohttp exposes the bound sockets only here
+        if server is not None and getattr(server, "sockets", None):
+            self.port = server.sockets[0].getsockname()[1]
+        log.info("shard %d metrics on http://%s:%d/metrics", self.shard.shard_id, self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.shard.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "alive", "shard": self.shard.shard_id})
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        result = await readiness(self.shard)
+        return web.Response(text=json.dumps(result), status=200 if result["ready"] else 503,
+                            content_type="application/json")
+
+
+def metrics_address(listen: str, shard_id: int) -> tuple[str, int] | None:
+    """Shard N serves on the first shard's port + N ('' disables; port 0: each picks a free port)."""
+    if not listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    base = int(port)
+    return host or "127.0.0.1", (base + shard_id if base else 0)

@@ -1,0 +1,229 @@
+"""Prometheus metrics of one broker shard (one registry per shard, served on its own metrics port).
+
+Hot-path hooks are a dictionary lookup plus a counter or histogram update per request, per append
+and per flush: no per-record work (records are counted from batch headers). Figures that already
+exist elsewhere (cache hits, S3 health, owners, high watermarks, consumer lag) are read when
+Prometheus scrapes, by `_ShardCollector`, so they cost nothing in between.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from kafscale.protocol.codec import request_class
+from kafscale.storage.metadata_store import KeyValue, MetadataStore, Op, TxnResult, WatchEvent
+
+if TYPE_CHECKING:
+    from kafscale.broker.shard import ShardCore
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+SIZE_BUCKETS = tuple(float(1 << n) for n in range(10, 28, 2))  # 1 KiB .. 64 MiB
+
+
+def api_name(api_key: int) -> str:
+    try:
+        return request_class(api_key, 0).__name__.removesuffix("Request")
+    except Exception:
+        return f"api{api_key}"
+
+
+def count_records(data: bytes | bytearray | memoryview) -> int:
+    """Records in concatenated v2 batches, from their headers (length at 8, record count at 57)."""
+    n, pos, end = 0, 0, len(data)
+    while pos + 61 <= end:
+        n += int.from_bytes(data[pos + 57 : pos + 61], "big")
+        pos += 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
+    return n
+
+
+class PartitionMetrics:
+    """What an owner reports; one per topic (shared by the topic's partitions on this shard)."""
+
+    __slots__ = ("_bytes_in", "_flush_bytes", "_flush_seconds", "_records_in")
+
+    def __init__(self, shard: ShardMetrics, topic: str) -> None:
+        self._bytes_in = shard.bytes_in.labels(topic)
+        self._records_in = shard.records_in.labels(topic)
+        self._flush_bytes = shard.flush_bytes
+        self._flush_seconds = shard.flush_seconds
+
+    def flushed(self, batch_bytes: int, records: int, segment_bytes: int, seconds: float) -> None:
+        """A segment committed. Produced bytes and records are counted here, once per segment rather than
+        per Produce request (one per partition and linger from librdkafka): they count what is stored."""
+        self._bytes_in.inc(batch_bytes)
+        self._records_in.inc(records)
+        self._flush_bytes.observe(segment_bytes)
+        self._flush_seconds.observe(seconds)
+
+
+class ShardMetrics:
+    def __init__(self, shard: ShardCore | None = None) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.request_seconds = Histogram("kafscale_request_duration_seconds", "Kafka requests by API: latency",
+                                         ["api"], registry=r, buckets=LATENCY_BUCKETS)
+        self.bytes_in = Counter("kafscale_bytes_in", "Record batch bytes produced", ["topic"], registry=r)
+        self.records_in = Counter("kafscale_records_in", "Records produced", ["topic"], registry=r)
+        self.bytes_out = Counter("kafscale_bytes_out", "Record batch bytes fetched", ["topic"], registry=r)
+        self.records_out = Counter("kafscale_records_out", "Records fetched (whole batches)", ["topic"], registry=r)
+        self.flush_bytes = Histogram("kafscale_flush_size_bytes", "Segment size per flush", registry=r,
+                                     buckets=SIZE_BUCKETS)
+        self.flush_seconds = Histogram("kafscale_flush_duration_seconds", "Flush: upload and commit", registry=r,
+                                       buckets=LATENCY_BUCKETS)
+        self.s3_seconds = Histogram("kafscale_s3_request_duration_seconds", "Object store calls by operation",
+                                    ["op"], registry=r, buckets=LATENCY_BUCKETS)
+        self.s3_errors = Counter("kafscale_s3_request_errors", "Object store calls that failed", ["op"], registry=r)
+        self.meta_seconds = Histogram("kafscale_metadata_request_duration_seconds", "Metadata store calls",
+                                      ["op"], registry=r, buckets=LATENCY_BUCKETS)
+        self.meta_errors = Counter("kafscale_metadata_request_errors", "Metadata store calls that failed", ["op"],
+                                   registry=r)
+        self._requests: dict[int, Any] = {}
+        self._topics: dict[str, PartitionMetrics] = {}
+        self._out: dict[str, tuple[Any, Any]] = {}
+        self._s3: dict[str, tuple[Any, Any]] = {}
+        if shard is not None:
+            r.register(_ShardCollector(shard))
+
+    # ---- hooks (hot path: keep them a lookup and an update)
+
+    def observe_request(self, api_key: int, seconds: float) -> None:
+        child = self._requests.get(api_key)
+        if child is None:
+            child = self._requests[api_key] = self.request_seconds.labels(api_name(api_key))
+        child.observe(seconds)
+
+    def partition(self, topic: str) -> PartitionMetrics:
+        pm = self._topics.get(topic)
+        if pm is None:
+            pm = self._topics[topic] = PartitionMetrics(self, topic)
+        return pm
+
+    def fetched(self, topic: str, data: bytes) -> None:
+        if not data:
+            return
+        pair = self._out.get(topic)
+        if pair is None:
+            pair = self._out[topic] = (self.bytes_out.labels(topic), self.records_out.labels(topic))
+        pair[0].inc(len(data))
+        pair[1].inc(count_records(data))
+
+    def observe_s3(self, op: str, seconds: float, ok: bool) -> None:
+        pair = self._s3.get(op)
+        if pair is None:
+            pair = self._s3[op] = (self.s3_seconds.labels(op), self.s3_errors.labels(op))
+        pair[0].observe(seconds)
+        if not ok:
+            pair[1].inc()
+
+    def names(self) -> set[str]:
+        """Every metric family name this registry exposes (what dashboards may query)."""
+        return {m.name for m in self.registry.collect()}
+
+
+class _ShardCollector:
+    """Scrape-time figures, read from the shard's own state."""
+
+    def __init__(self, shard: ShardCore) -> None:
+        self.shard = shard
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # computed at collect time; no fixed description needed
+
+    def collect(self) -> Iterable[Metric]:
+        s = self.shard
+        hits, misses = s.cache.hits, s.cache.misses
+        yield CounterMetricFamily("kafscale_cache_hits", "Segment/index cache hits", value=hits)
+        yield CounterMetricFamily("kafscale_cache_misses", "Segment/index cache misses", value=misses)
+        yield GaugeMetricFamily("kafscale_cache_hit_ratio", "Cache hits / lookups since start",
+                                value=hits / (hits + misses) if hits + misses else 0.0)
+        yield GaugeMetricFamily("kafscale_cache_bytes", "Bytes held by the cache", value=s.cache.size)
+        yield GaugeMetricFamily("kafscale_s3_health_state", "0 healthy, 1 degraded, 2 unavailable",
+                                value=int(s.objects.state()))
+        yield GaugeMetricFamily("kafscale_shards", "Broker shards in the cluster", value=len(s.shards))
+        yield GaugeMetricFamily("kafscale_partition_owners", "Partition owners hosted by this shard",
+                                value=len(s.owners))
+        yield GaugeMetricFamily("kafscale_group_coordinators", "Group coordinators hosted by this shard",
+                                value=len(s.groups.groups))
+        yield GaugeMetricFamily("kafscale_connections", "Open client connections", value=s.listener.connections)
+        hwm = GaugeMetricFamily("kafscale_partition_high_watermark", "End of committed data",
+                                labels=["topic", "partition"])
+        start = GaugeMetricFamily("kafscale_partition_log_start_offset", "First offset still kept",
+                                  labels=["topic", "partition"])
+        for (topic, partition), owner in list(s.owners.items()):
+            hwm.add_metric([topic, str(partition)], owner.high_watermark)
+            start.add_metric([topic, str(partition)], owner.log_start_offset)
+        yield hwm
+        yield start
+        lag = GaugeMetricFamily("kafscale_consumer_lag", "High watermark minus committed offset",
+                                labels=["group", "topic", "partition"])
+        for group, topic, partition, value in _consumer_lag(s):
+            lag.add_metric([group, topic, str(partition)], value)
+        yield lag
+
+
+def _consumer_lag(shard: ShardCore) -> Iterable[tuple[str, str, int, int]]:
+    """(group, topic, partition, lag) of partitions owned here, as kafscale.ops.lag last sampled them."""
+    sampler = getattr(shard, "lag_sampler", None)
+    return sampler.lags() if sampler is not None else ()
+
+
+class TimedMetadataStore(MetadataStore):
+    """The shard's metadata store with every call timed (watches are long-lived: passed through)."""
+
+    def __init__(self, inner: MetadataStore, metrics: ShardMetrics) -> None:
+        self.inner = inner
+        self._children = {op: (metrics.meta_seconds.labels(op), metrics.meta_errors.labels(op))
+                          for op in ("get", "range", "put", "delete", "txn", "revision", "lease")}
+
+    async def _timed(self, op: str, call: Any) -> Any:
+        seconds, errors = self._children[op]
+        start = time.perf_counter()
+        try:
+            return await call
+        except Exception:
+            errors.inc()
+            raise
+        finally:
+            seconds.observe(time.perf_counter() - start)
+
+    async def get(self, key: str) -> KeyValue | None:
+        return await self._timed("get", self.inner.get(key))
+
+    async def range(self, prefix: str) -> list[KeyValue]:
+        return await self._timed("range", self.inner.range(prefix))
+
+    async def put(self, key: str, value: Any, lease: int = 0) -> int:
+        return await self._timed("put", self.inner.put(key, value, lease))
+
+    async def delete(self, key: str, prefix: bool = False) -> int:
+        return await self._timed("delete", self.inner.delete(key, prefix))
+
+    async def txn(self, compares: Sequence[Any], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        return await self._timed("txn", self.inner.txn(compares, success, failure))
+
+    async def revision(self) -> int:
+        return await self._timed("revision", self.inner.revision())
+
+    async def lease_grant(self, ttl_seconds: float) -> int:
+        return await self._timed("lease", self.inner.lease_grant(ttl_seconds))
+
+    async def lease_keepalive(self, lease_id: int) -> bool:
+        return await self._timed("lease", self.inner.lease_keepalive(lease_id))
+
+    async def lease_revoke(self, lease_id: int) -> None:
+        await self._timed("lease", self.inner.lease_revoke(lease_id))
+
+    def watch(self, prefix: str, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
+        return self.inner.watch(prefix, start_revision)
+
+    async def compare_and_swap(self, key: str, expected_mod_revision: int, value: Any) -> bool:
+        return await self._timed("txn", self.inner.compare_and_swap(key, expected_mod_revision, value))
+
+    async def close(self) -> None:
+        await self.inner.close()
+

@@ -1,0 +1,29 @@
+"""DeleteGroups v0-v2: an Empty group is removed with its committed offsets; one with members gets NON_EMPTY_GROUP."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.server.router import RequestContext, Router
+
+if TYPE_CHECKING:
+    from kafscale.broker.shard import ShardCore
+
+API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
+
+
+def register(router: Router, shard: ShardCore) -> None:
+    async def handle(ctx: RequestContext, req: Any) -> Any:
+        mod = response_module(ctx)
+        results = []
+        for group_id in req.groups_names:
+            error, coordinator = await shard.groups.lookup(group_id)
+            if error == ErrorCode.none:
+                error = ErrorCode.group_id_not_found if coordinator is None else await coordinator.delete_group()
+            results.append(make(mod.DeletableGroupResult, group_id=group_id, error_code=error))
+        return make(mod.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -1,0 +1,32 @@
+"""ListGroups v0-v4: the groups this shard coordinates (admin clients ask every broker), v4 filters by state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.server.router import RequestContext, Router
+
+if TYPE_CHECKING:
+    from kafscale.broker.shard import ShardCore
+
+API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 4
+
+
+def register(router: Router, shard: ShardCore) -> None:
+    async def handle(ctx: RequestContext, req: Any) -> Any:
+        mod = response_module(ctx)
+        if shard.groups.closed:
+            return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.coordinator_not_available, groups=())
+        states = {s.lower() for s in getattr(req, "states_filter", ())}
+        groups = tuple(
+            make(mod.ListedGroup, group_id=c.group_id, protocol_type=c.group.protocol_type or "",
+                 group_state=c.group.state.value)
+            for c in sorted(await shard.groups.all_groups(), key=lambda c: c.group_id)
+            if not states or c.group.state.value.lower() in states)
+        return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
+
+    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -5,12 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SYSSTAMP := $(VENV)/.system-deps
 
-.PHONY: run test bench lint install system-deps clean
+.PHONY: run test test-unit bench lint install system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,pipeline]"
 	touch $@
 
 # Debian packages the tests drive (kcat, Java for Spark); skipped when already present.
@@ -29,13 +29,17 @@ test: $(STAMP) $(SYSSTAMP)
 	$(BIN)/ruff check kafscale tests benchmarks
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# The unit tests alone (tests/unit: no servers, Ray, Spark or sockets), in well under a minute.
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
+
 bench: $(STAMP) $(SYSSTAMP)
-	$(BIN)/pip install --quiet -e ".[test,bench]"
+	$(BIN)/pip install --quiet -e ".[test,pipeline,bench]"
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check kafscale tests benchmarks
-	$(BIN)/ruff format --check kafscale tests benchmarks
+	$(BIN)/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

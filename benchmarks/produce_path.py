@@ -1,6 +1,6 @@
-"""The shard's produce path alone: CPU per MiB of one in-process ShardCore under raw Produce requests.
+"""The shard's produce path alone: CPU per MiB of one in-process shard (ShardHost) under raw Produce requests.
 
-`python -m benchmarks.produce_path --partitions 16 --records 64` starts a ShardCore in this process (embedded
+`python -m benchmarks.produce_path --partitions 16 --records 64` starts a shard (ShardHost) in this process (embedded
 metadata and local object store, uvloop, the startup heap frozen and the serving GC thresholds set, as in a
 shard actor) and a sender in another process that writes pre-encoded Produce v9 requests (acks=all, 1 KiB
 records, one partition per request by default: librdkafka's shape) with up to --window requests in flight.
@@ -77,17 +77,17 @@ def send(port: int, frames: list[bytes], requests: int, window: int) -> None:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, float]:
-    from kafscale.broker.shard import ShardCore
     from kafscale.config import BrokerConfig
+    from kafscale.runtime.shard_host import ShardHost
     from kafscale.storage.embedded_store import EmbeddedStore
     from kafscale.storage.local_store import LocalDirStore
 
     work = tempfile.mkdtemp(prefix="produce-path-", dir=args.dir)
     try:
-        core = ShardCore(0, BrokerConfig(listen="127.0.0.1:0", flush_interval_ms=args.flush_interval_ms),
-                         meta=EmbeddedStore(f"{work}/meta.db"), objects=LocalDirStore(f"{work}/objects"))
-        port = (await core.start()).port
-        await core.topics.create("t", args.partitions, 1)
+        shard = ShardHost(0, BrokerConfig(listen="127.0.0.1:0", flush_interval_ms=args.flush_interval_ms),
+                          meta=EmbeddedStore(f"{work}/meta.db"), objects=LocalDirStore(f"{work}/objects"))
+        port = (await shard.start()).port
+        await shard.core.topics.create("t", args.partitions, 1)
         await asyncio.sleep(1)  # the partitions open at creation
         tune_gc_for_serving()
         sender = await asyncio.create_subprocess_exec(
@@ -96,8 +96,8 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
         await sender.wait()
         after, wall, loop_cpu = (resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - started,
                                  time.thread_time() - loop_cpu)
-        await core.stop()
-        await core.meta.close()
+        await shard.stop()
+        await shard.meta.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     mib = args.requests * args.per_request * args.records * 1.03 / 1024  # 1 KiB values plus record overhead

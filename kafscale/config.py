@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+log = logging.getLogger(__name__)
+
+# Settings still accepted (so existing config files, environments and flags keep working) but no longer read:
+# setting one logs a warning. Remove each from BrokerConfig, and from here, in a later release.
+DEPRECATED: dict[str, str] = {
+    "partitions_per_shard": "partitions_per_shard is deprecated and ignored (placement never read it);"
+                            " it will be removed: drop it from your config file, environment or flags",
+}
 
 
 class ConfigError(ValueError):
@@ -36,7 +46,7 @@ class BrokerConfig:
     etcd_endpoints: str = field(default="", metadata={"help": "comma-separated; empty = embedded"})
     etcd_prefix: str = field(default="/kafscale/", metadata={"help": "key prefix in etcd"})
     shards: int = field(default=0, metadata={"help": "number of broker shards (0 = CPU count)"})
-    partitions_per_shard: int = field(default=0, metadata={"help": "informational placement hint"})
+    partitions_per_shard: int = field(default=0, metadata={"help": "deprecated and ignored; will be removed"})
     flush_interval_ms: int = field(default=50, metadata={
         "help": "max time a record waits to flush while no earlier upload of its partition is running"})
     segment_bytes: int = field(default=4 * 1024 * 1024, metadata={
@@ -194,4 +204,6 @@ def load(args: argparse.Namespace | None = None, environ: dict[str, str] | None 
             raw = getattr(args, name, None)
             if raw is not None:
                 values[name] = _coerce("--" + name.replace("_", "-"), kind, raw)
+    for name in values.keys() & DEPRECATED.keys():
+        log.warning(DEPRECATED[name])
     return dataclasses.replace(BrokerConfig(), **values).validate()

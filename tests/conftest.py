@@ -1,6 +1,9 @@
 """Session-wide fixtures: real servers started once per test session on free loopback ports."""
 
 import os
+from pathlib import Path
+
+import pytest
 
 # gRPC (etcd's client, Ray) installs fork handlers in this process. PySpark starts its JVM with a
 # preexec_fn, i.e. a real fork() that runs them; with gRPC threads busy the child aborted before exec
@@ -13,3 +16,12 @@ pytest_plugins = [
     "tests.fixtures.ray",
     "tests.fixtures.spark",
 ]
+
+UNIT_DIR = Path(__file__).parent / "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Everything outside tests/unit is an integration test: `pytest -m "not integration"` runs the unit tests."""
+    for item in items:
+        if not item.path.is_relative_to(UNIT_DIR):
+            item.add_marker(pytest.mark.integration)

@@ -31,9 +31,11 @@ from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.producer_state import BatchMeta, ProducerEntry, ProducerStates
 from kafscale.broker.read_path import ReadPath
 from kafscale.broker.segment_upload import upload_segment
+from kafscale.broker.stats import PartitionSink
 from kafscale.cluster import keys
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.backoff import Backoff
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState
@@ -106,7 +108,7 @@ class PartitionOwner:
         cache: ByteLRU,
         settings: OwnerSettings,
         topic_config: Callable[[], dict[str, Any]] = dict,
-        metrics: Any = None,
+        metrics: PartitionSink | None = None,
         committer: CommitBatcher | None = None,
     ) -> None:
         self.topic = topic
@@ -116,7 +118,7 @@ class PartitionOwner:
         self.objects = objects
         self.settings = settings
         self.topic_config = topic_config
-        self.metrics = metrics  # kafscale.ops.metrics.PartitionMetrics, or None
+        self.metrics = metrics
         self.committer = committer  # shares flush commits with the shard's other owners; None: own transactions
         self.epoch = 0
         self.next_offset = 0  # next offset to assign (buffered included)
@@ -375,19 +377,18 @@ class PartitionOwner:
         built = build_segment(pending.chunks, created_ms=int(time.time() * 1000),
                               index_interval_bytes=self.settings.index_interval_bytes)
         started = time.monotonic()
-        delay = 0.05
+        backoff = Backoff(0.05, 2.0)
         while True:
             try:
                 key_epoch = await upload_segment(self.objects, self.settings.namespace, self.topic, self.partition,
                                                  self.epoch, built.info.base_offset, built.data, built.index)
                 return _Uploaded(built, key_epoch, started)
             except Exception as e:  # store trouble: keep the data, retry with back-off
-                if self.fenced or (self.closed and delay >= 2):
+                if self.fenced or (self.closed and backoff.at_cap):
                     raise FencedError(f"giving up upload at {built.info.base_offset}: {e}") from e
                 log.warning("upload of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
-                            built.info.base_offset, e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                            built.info.base_offset, e, backoff.delay)
+                await backoff.wait()
 
     async def _commit_uploaded(self) -> None:
         """Commit, in one transaction, every sealed segment from the oldest on whose upload has finished;
@@ -403,7 +404,7 @@ class PartitionOwner:
             if ready and ops > MAX_TXN_OPS:  # later segments wait; one alone always goes
                 break
             ready.append((pending, pending.upload.result()))  # an upload that gave up raises here
-        delay = 0.05
+        backoff = Backoff(0.05, 2.0)
         while True:
             try:
                 await self._commit(ready)
@@ -411,12 +412,11 @@ class PartitionOwner:
             except FencedError:
                 raise
             except Exception as e:  # store trouble: keep the data, retry with back-off
-                if self.closed and delay >= 2:
+                if self.closed and backoff.at_cap:
                     raise FencedError(f"giving up flush on close: {e}") from e
                 log.warning("commit of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
-                            ready[0][1].built.info.base_offset, e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                            ready[0][1].built.info.base_offset, e, backoff.delay)
+                await backoff.wait()
         now = time.monotonic()
         for pending, uploaded in ready:
             self._sealed.popleft()

@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.partition_owner import PartitionError
+from kafscale.broker.results import ProduceResult
 
 T = TypeVar("T")
 
 
 class DurableWait(Generic[T]):
     """`future` completes with then() once every future in `waiting` is done, or at `deadline` (event loop
-    time). Before then() runs, each result dict of a future that failed or is still waiting gets its error:
+    time). Before then() runs, the result of each future that failed or is still waiting takes its error:
     the partition's own error code, or REQUEST_TIMED_OUT."""
 
     __slots__ = ("_left", "_then", "_timer", "_waiting", "future")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, waiting: dict[asyncio.Future[None], dict[str, Any]],
+    def __init__(self, loop: asyncio.AbstractEventLoop, waiting: dict[asyncio.Future[None], ProduceResult],
                  deadline: float, then: Callable[[], T]) -> None:
         self.future: asyncio.Future[T] = loop.create_future()
         self._waiting = waiting
@@ -49,17 +50,17 @@ class DurableWait(Generic[T]):
         for fut, result in self._waiting.items():
             if not fut.done():
                 fut.remove_done_callback(self._one_done)
-                result["error"] = int(ErrorCode.request_timed_out)
+                result.error = int(ErrorCode.request_timed_out)
             elif (exc := fut.exception()) is not None:
                 code = exc.code if isinstance(exc, PartitionError) else ErrorCode.unknown_server_error
-                result["error"] = int(code)
+                result.error = int(code)
         try:
             self.future.set_result(self._then())
         except Exception as e:
             self.future.set_exception(e)
 
 
-async def wait_durable(waiting: dict[asyncio.Future[None], dict[str, Any]], deadline: float) -> None:
+async def wait_durable(waiting: dict[asyncio.Future[None], ProduceResult], deadline: float) -> None:
     """The same as a coroutine, for the paths that run in a task anyway (queued partitions)."""
     if waiting:
         await DurableWait(asyncio.get_running_loop(), waiting, deadline, lambda: None).future

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage import keys as object_keys
-from kafscale.storage.batch import LOG_OVERHEAD, BatchHeader, check_crc, read_header
+from kafscale.storage.batch import LOG_OVERHEAD, BatchHeader, batch_size, check_crc, read_header
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.index import SegmentIndex
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, BuiltSegment, CorruptSegmentError, SegmentReader
@@ -159,7 +159,7 @@ class ReadPath:
         offsets must follow on from the index entry (the batch CRC does not cover the base offset)."""
         index = await self.index(meta)
         key = self._object_key(meta)
-        entry = index.entries[max(bisect.bisect_right(index.entries, offset, key=lambda e: e.offset) - 1, 0)]
+        entry = index.entry_for(offset)
         pos, expected = entry.position, entry.offset
         end = meta.size - SEGMENT_FOOTER_SIZE
         want = max(max_bytes, RANGED_READ_MIN)
@@ -172,7 +172,7 @@ class ReadPath:
                                           key=key, position=pos)
             at = 0
             while at + LOG_OVERHEAD <= len(chunk):
-                size = int.from_bytes(chunk[at + 8 : at + 12], "big", signed=True) + LOG_OVERHEAD
+                size = batch_size(chunk, at)
                 if at + size > len(chunk):
                     break
                 header = read_header(chunk, at, key=key)
@@ -190,7 +190,7 @@ class ReadPath:
                 return bytes(out)
             if at == 0:
                 # The next batch is larger than what we read: ask for exactly that batch.
-                size = int.from_bytes(chunk[8:12], "big", signed=True) + LOG_OVERHEAD
+                size = batch_size(chunk)
                 if pos + size > end:
                     raise CorruptSegmentError(f"batch of {size} bytes runs past the end of the segment",
                                               key=key, position=pos)

@@ -14,16 +14,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.partition_owner import FencedError
+from kafscale.broker.results import DeleteRecordsResult
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage import keys as object_keys
 
 if TYPE_CHECKING:
     from kafscale.broker.partition_owner import PartitionOwner
-    from kafscale.broker.shard import ShardCore
 
 log = logging.getLogger(__name__)
 
@@ -100,27 +101,16 @@ async def run(owners: Callable[[], Iterable[PartitionOwner]], interval_s: float)
                 log.warning("retention of %s-%d failed: %s", owner.topic, owner.partition, e)
 
 
-async def delete_records(shard: ShardCore, topic: str, partition: int, offset: int) -> dict[str, Any]:
-    """DeleteRecords for one partition, on the shard that owns it (forwarded there otherwise)."""
-    from kafscale.broker.partition_owner import FencedError
-
-    info = await shard.topics.get(topic)
-    if info is None or not 0 <= partition < info.partitions:
-        return {"error": int(ErrorCode.unknown_topic_or_partition), "low_watermark": -1}
-    if not shard.is_local(info, partition):
-        return await shard._forward(shard.leader_of(info, partition), "delete_records", (topic, partition, offset))
-    try:
-        owner = await shard.owner(topic, partition)
-    except Exception as e:
-        log.warning("cannot open %s-%d: %s", topic, partition, e)
-        return {"error": int(ErrorCode.not_leader_or_follower), "low_watermark": -1}
+async def delete_records(owner: PartitionOwner, offset: int) -> DeleteRecordsResult:
+    """DeleteRecords for one partition, on the shard that owns it: the log start moves to offset (-1: the
+    high watermark)."""
     target = owner.high_watermark if offset == -1 else offset
     if not 0 <= target <= owner.high_watermark:
-        return {"error": int(ErrorCode.offset_out_of_range), "low_watermark": -1}
+        return DeleteRecordsResult(int(ErrorCode.offset_out_of_range))
     try:
-        return {"error": 0, "low_watermark": await truncate(owner, target)}
+        return DeleteRecordsResult(0, await truncate(owner, target))
     except FencedError:
-        return {"error": int(ErrorCode.not_leader_or_follower), "low_watermark": -1}
+        return DeleteRecordsResult(int(ErrorCode.not_leader_or_follower))
     except Exception as e:  # metadata store trouble: retriable
-        log.warning("DeleteRecords on %s-%d failed: %s", topic, partition, e)
-        return {"error": int(ErrorCode.request_timed_out), "low_watermark": -1}
+        log.warning("DeleteRecords on %s-%d failed: %s", owner.topic, owner.partition, e)
+        return DeleteRecordsResult(int(ErrorCode.request_timed_out))

@@ -1,7 +1,6 @@
 """The metadata store's key schema (relative to the store's prefix, e.g. /kafscale/ in etcd).
 
 cluster                                     {cluster_id, created_ms}
-shards/{id}                                 {host, port, started_ms}            (lease-bound)
 topics/{name}                               {id, partitions, configs, created_ms, placement: [shard, ...]}
 partitions/{topic}/{p}/owner                {epoch, shard}                      fencing token
 partitions/{topic}/{p}/state                {next_offset, log_start_offset, epoch}
@@ -23,16 +22,11 @@ from urllib.parse import quote
 CLUSTER = "cluster"
 PRODUCER_ID_NEXT = "producer_ids/next"
 TOPICS = "topics/"
-SHARDS = "shards/"
 GROUPS = "groups/"
 
 
 def topic(name: str) -> str:
     return f"topics/{name}"
-
-
-def shard(shard_id: int) -> str:
-    return f"shards/{shard_id}"
 
 
 def partition_prefix(topic_name: str, partition: int | None = None) -> str:

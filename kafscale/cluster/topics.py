@@ -5,40 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafscale.cluster import keys
+from kafscale.cluster.placement import spread
+from kafscale.storage.keys import MAX_TOPIC_NAME as MAX_TOPIC_NAME  # the one topic name rule, re-exported
+from kafscale.storage.keys import topic_name_problem as topic_name_problem
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
 
 log = logging.getLogger(__name__)
-
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME = 249
-
-
-def topic_name_problem(name: str | None) -> str | None:
-    """Kafka's topic name rules; None when the name is legal."""
-    if not name:
-        return "topic name is empty"
-    if name in (".", ".."):
-        return f"topic name {name!r} is not allowed"
-    if len(name) > MAX_TOPIC_NAME:
-        return f"topic name is longer than {MAX_TOPIC_NAME} characters"
-    if not _LEGAL.match(name):
-        return f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'"
-    return None
-
-
-def place(topic: str, partitions: int, shards: int, first: int = 0) -> list[int]:
-    """Spread a topic's partitions over shards, starting at a topic-dependent shard."""
-    start = zlib.crc32(topic.encode()) % shards
-    return [(start + first + p) % shards for p in range(partitions)]
-
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
@@ -135,7 +113,7 @@ class TopicRegistry:
 
     async def create(self, name: str, partitions: int, shards: int, configs: dict[str, Any] | None = None,
                      validate_only: bool = False) -> TopicInfo:
-        info = TopicInfo(name, uuid.uuid4(), partitions, place(name, partitions, shards), dict(configs or {}),
+        info = TopicInfo(name, uuid.uuid4(), partitions, spread(name, partitions, shards), dict(configs or {}),
                          int(time.time() * 1000))
         if validate_only:
             if await self.get(name) is not None:
@@ -147,10 +125,6 @@ class TopicRegistry:
             raise TopicExistsError(name)
         self._set(name, info.to_value())
         return info
-
-    async def update(self, info: TopicInfo) -> None:
-        await self.meta.put(keys.topic(info.name), info.to_value())
-        self._set(info.name, info.to_value())
 
     async def modify(self, name: str, change: Any) -> TopicInfo | None:
         """Apply change(TopicInfo) -> TopicInfo with compare-and-swap, so two admins altering one

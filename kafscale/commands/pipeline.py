@@ -31,6 +31,10 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kafscale.commands.extras import require_pipeline_extra
+
+    if (code := require_pipeline_extra("kafscale pipeline")) is not None:
+        return code
     from kafscale.pipeline.config import ConfigError, load_config
 
     try:

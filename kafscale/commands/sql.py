@@ -42,6 +42,10 @@ def location_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kafscale.commands.extras import require_pipeline_extra
+
+    if (code := require_pipeline_extra("kafscale sql")) is not None:
+        return code
     from kafscale.pipeline.location import Location
     from kafscale.pipeline.sql import print_rows, run_query
 

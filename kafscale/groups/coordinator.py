@@ -1,11 +1,11 @@
 """The group coordinator: the logical actor of one consumer group, hosted by a shard.
 
-`Group` (group_state.py) decides; this wraps it with what needs a loop and a store: requests waiting for their
+`Group` (state.py) decides; this wraps it with what needs a loop and a store: requests waiting for their
 answer, one timer task for sessions and barriers, and the writes. Everything touching the group runs under its
 lock, so the state machine sees one request at a time (writes included: a SyncGroup's assignment is durable
 before anyone else can change the group).
 
-Fencing: the registry took the group's coordinator key for this incarnation (group_registry.py); every write
+Fencing: the registry took the group's coordinator key for this incarnation (registry.py); every write
 compares that key's revision, so a coordinator that has been replaced cannot write, and stops (NOT_COORDINATOR).
 """
 

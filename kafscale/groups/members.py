@@ -1,4 +1,4 @@
-"""The values a consumer group's state machine (group_state.py) works with: its states, settings, members,
+"""The values a consumer group's state machine (state.py) works with: its states, settings, members,
 the answers it gives to JoinGroup and SyncGroup, and the consumer protocol's subscription format."""
 
 from __future__ import annotations

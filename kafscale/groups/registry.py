@@ -1,6 +1,6 @@
 """The group coordinators one shard hosts: loading (with the coordinator epoch), listing, offset retention, lag.
 
-A group belongs to the shard FindCoordinator names for it (a hash of its id); requests for other groups get
+A group belongs to the shard FindCoordinator names for it (kafscale.cluster.placement); requests for other groups get
 NOT_COORDINATOR and the client asks FindCoordinator again, as with Kafka. At start the shard loads every stored
 group that hashes to it (as a Kafka broker loads its __consumer_offsets partitions), so sessions of members that
 never come back still expire; a group first seen later is loaded on its first request.
@@ -16,19 +16,19 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from kio.schema.errors import ErrorCode
 
 from kafscale.cluster import keys
+from kafscale.config import BrokerConfig
 from kafscale.groups.coordinator import GroupCoordinator, parse_offsets
 from kafscale.groups.offsets import OffsetEntry, TopicPartition
 from kafscale.groups.state import Group, GroupSettings, State
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, MetadataStoreError, Put
 
 if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
     from kafscale.cluster.topics import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -196,38 +196,7 @@ class GroupRegistry:
         return {tp: e.offset for tp, e in live.items()}
 
 
-async def group_lag(shard: ShardCore, group_id: str) -> list[dict[str, Any]]:
-    """Committed offset, high watermark and lag of each partition the group committed to (metrics, CLI).
-
-    `shard` is the group's coordinator shard; high watermarks come from the partitions' owners (maybe forwarded).
-    """
-    committed = await shard.groups.committed(group_id)
-    parts = sorted(committed)
-    ends = await asyncio.gather(*(shard.list_offset(t, p, -1) for t, p in parts))
-    out = []
-    for (topic, partition), end in zip(parts, ends, strict=True):
-        hwm = int(end["offset"]) if end["error"] == 0 else -1
-        offset = committed[(topic, partition)]
-        out.append({"topic": topic, "partition": partition, "committed": offset, "high_watermark": hwm,
-                    "lag": max(hwm - offset, 0) if hwm >= 0 else None})
-    return out
-
-
-def coordinator_of(shard: ShardCore, group_id: str) -> int:
-    from kafscale.server.handlers.find_coordinator import coordinator_shard
-
-    return coordinator_shard(shard, group_id)
-
-
-def for_shard(shard: ShardCore) -> GroupRegistry:
-    c = shard.config
-    settings = GroupSettings(min_session_timeout_ms=c.group_min_session_timeout_ms,
-                             max_session_timeout_ms=c.group_max_session_timeout_ms,
-                             initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms)
-    registry = GroupRegistry(shard.shard_id, shard.meta, settings,
-                             owns=lambda group_id: coordinator_of(shard, group_id) == shard.shard_id,
-                             offsets_retention_ms=c.offsets_retention_minutes * 60_000,
-                             retention_check_interval_s=c.offsets_retention_check_interval_ms / 1000,
-                             topic=shard.topics.get)
-    shard.topics.listeners.append(registry.topic_changed)
-    return registry
+def group_settings(config: BrokerConfig) -> GroupSettings:
+    return GroupSettings(min_session_timeout_ms=config.group_min_session_timeout_ms,
+                         max_session_timeout_ms=config.group_max_session_timeout_ms,
+                         initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms)

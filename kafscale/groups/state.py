@@ -6,7 +6,7 @@ are the reference for every rule here; the docstrings name the Kafka behaviour a
 
 Every method takes `now` (wall-clock seconds) so tests drive time explicitly; nothing here sleeps. A request that
 must wait (a JoinGroup at the barrier, a SyncGroup until the leader's assignment is stored) carries a `ticket`; its
-answer is appended to `replies` as (ticket, result) once it is ready, and the coordinator (group_coordinator.py)
+answer is appended to `replies` as (ticket, result) once it is ready, and the coordinator (coordinator.py)
 hands it to the waiting request. Two things need the store: `pending_assignment` (the leader's assignment must be
 durable before any member receives it: the coordinator writes it, then calls `assignment_stored`) and
 `store_requested` (membership changed in a way a restarted coordinator must see; written after the call).

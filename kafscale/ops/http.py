@@ -11,33 +11,43 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kafscale.cluster import keys
 from kafscale.storage.health import HealthState
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.storage.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT_S = 2.0
 
 
-async def readiness(shard: ShardCore) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ReadinessChecks:
+    """What /readyz asks: the Kafka listener's address, the stores, and the object store's health state."""
+
+    listener: tuple[str, int]
+    metadata_store: MetadataStore
+    probe_object_store: Callable[[], Awaitable[None]]
+    s3_state: Callable[[], HealthState]
+
+
+async def readiness(shard_id: int, c: ReadinessChecks) -> dict[str, Any]:
     async def listening() -> None:
-        _, writer = await asyncio.open_connection("127.0.0.1" if shard.listener.host in ("0.0.0.0", "")
-                                                  else shard.listener.host, shard.listener.port)
+        host, port = c.listener
+        _, writer = await asyncio.open_connection("127.0.0.1" if host in ("0.0.0.0", "") else host, port)
         writer.close()
 
     async def metadata() -> None:
-        await shard.meta.get(keys.CLUSTER)
+        await c.metadata_store.get(keys.CLUSTER)
 
     async def objects() -> None:
-        await shard.probe_object_store()
-        if shard.objects.state() == HealthState.UNAVAILABLE:
+        await c.probe_object_store()
+        if c.s3_state() == HealthState.UNAVAILABLE:
             raise RuntimeError("object store judged unavailable (errors or latency over the health window)")
 
     checks: dict[str, Any] = {}
@@ -49,13 +59,16 @@ async def readiness(shard: ShardCore) -> dict[str, Any]:
             checks[name] = f"no answer within {CHECK_TIMEOUT_S}s"
         except Exception as e:
             checks[name] = f"failed: {e}"
-    return {"ready": all(v == "ok" for v in checks.values()), "shard": shard.shard_id,
-            "s3_health": shard.objects.state().name.lower(), "checks": checks}
+    return {"ready": all(v == "ok" for v in checks.values()), "shard": shard_id,
+            "s3_health": c.s3_state().name.lower(), "checks": checks}
 
 
 class MetricsServer:
-    def __init__(self, shard: ShardCore, host: str, port: int) -> None:
-        self.shard = shard
+    def __init__(self, shard_id: int, registry: CollectorRegistry, checks: Callable[[], ReadinessChecks], host: str,
+                 port: int) -> None:
+        self.shard_id = shard_id
+        self.registry = registry
+        self.checks = checks
         self.host = host
         self.port = port  # the bound port after start() (0 picks a free one)
         self._runner: web.AppRunner | None = None
@@ -72,7 +85,7 @@ class MetricsServer:
         server = site._server  # aiohttp exposes the bound sockets only here
         if server is not None and getattr(server, "sockets", None):
             self.port = server.sockets[0].getsockname()[1]
-        log.info("shard %d metrics on http://%s:%d/metrics", self.shard.shard_id, self.host, self.port)
+        log.info("shard %d metrics on http://%s:%d/metrics", self.shard_id, self.host, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -80,14 +93,14 @@ class MetricsServer:
             self._runner = None
 
     async def _metrics(self, _request: web.Request) -> web.Response:
-        body = generate_latest(self.shard.metrics.registry)
+        body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, _request: web.Request) -> web.Response:
-        return web.json_response({"status": "alive", "shard": self.shard.shard_id})
+        return web.json_response({"status": "alive", "shard": self.shard_id})
 
     async def _readyz(self, _request: web.Request) -> web.Response:
-        result = await readiness(self.shard)
+        result = await readiness(self.shard_id, self.checks())
         return web.Response(text=json.dumps(result), status=200 if result["ready"] else 503,
                             content_type="application/json")
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 from urllib.parse import unquote
 
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.broker.stats import ShardStats
+from kafscale.storage.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
 OFFSETS_PREFIX = "group_offsets/"
@@ -22,8 +22,9 @@ INTERVAL_S = 10.0
 
 
 class LagSampler:
-    def __init__(self, shard: ShardCore, interval_s: float = INTERVAL_S) -> None:
-        self.shard = shard
+    def __init__(self, meta: MetadataStore, stats: Callable[[], ShardStats], interval_s: float = INTERVAL_S) -> None:
+        self.meta = meta
+        self.stats = stats
         self.interval_s = interval_s
         self._lags: list[tuple[str, str, int, int]] = []
 
@@ -32,18 +33,18 @@ class LagSampler:
         return self._lags
 
     async def sample(self) -> None:
-        owners = self.shard.owners
+        ends = {(p.topic, p.partition): p.high_watermark for p in self.stats().partitions}
         lags = []
-        for kv in await self.shard.meta.range(OFFSETS_PREFIX):
+        for kv in await self.meta.range(OFFSETS_PREFIX):
             parts = kv.key[len(OFFSETS_PREFIX):].rsplit("/", 2)
             if len(parts) != 3 or not parts[2].isdigit() or not isinstance(kv.value, dict):
                 continue
             group, topic, partition = unquote(parts[0]), parts[1], int(parts[2])
-            owner = owners.get((topic, partition))
+            end = ends.get((topic, partition))
             committed = kv.value.get("offset")
-            if owner is None or not isinstance(committed, int) or committed < 0:
+            if end is None or not isinstance(committed, int) or committed < 0:
                 continue
-            lags.append((group, topic, partition, max(owner.high_watermark - committed, 0)))
+            lags.append((group, topic, partition, max(end - committed, 0)))
         self._lags = lags
 
     async def run(self) -> None:

@@ -9,17 +9,16 @@ Prometheus scrapes, by `_ShardCollector`, so they cost nothing in between.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kafscale.broker.stats import ShardStats
 from kafscale.protocol.codec import request_class
+from kafscale.storage.batch import count_records
 from kafscale.storage.metadata_store import KeyValue, MetadataStore, Op, TxnResult, WatchEvent
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = tuple(float(1 << n) for n in range(10, 28, 2))  # 1 KiB .. 64 MiB
@@ -30,15 +29,6 @@ def api_name(api_key: int) -> str:
         return request_class(api_key, 0).__name__.removesuffix("Request")
     except Exception:
         return f"api{api_key}"
-
-
-def count_records(data: bytes | bytearray | memoryview) -> int:
-    """Records in concatenated v2 batches, from their headers (length at 8, record count at 57)."""
-    n, pos, end = 0, 0, len(data)
-    while pos + 61 <= end:
-        n += int.from_bytes(data[pos + 57 : pos + 61], "big")
-        pos += 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
-    return n
 
 
 class PartitionMetrics:
@@ -62,7 +52,7 @@ class PartitionMetrics:
 
 
 class ShardMetrics:
-    def __init__(self, shard: ShardCore | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.request_seconds = Histogram("kafscale_request_duration_seconds", "Kafka requests by API: latency",
@@ -86,8 +76,6 @@ class ShardMetrics:
         self._topics: dict[str, PartitionMetrics] = {}
         self._out: dict[str, tuple[Any, Any]] = {}
         self._s3: dict[str, tuple[Any, Any]] = {}
-        if shard is not None:
-            r.register(_ShardCollector(shard))
 
     # ---- hooks (hot path: keep them a lookup and an update)
 
@@ -120,56 +108,58 @@ class ShardMetrics:
         if not ok:
             pair[1].inc()
 
+    def watch(self, stats: Callable[[], ShardStats], connections: Callable[[], int],
+              lags: Callable[[], Iterable[tuple[str, str, int, int]]]) -> None:
+        """Expose the scrape-time figures: the shard's stats view, open connections, sampled consumer lag."""
+        self.registry.register(_ShardCollector(stats, connections, lags))
+
     def names(self) -> set[str]:
         """Every metric family name this registry exposes (what dashboards may query)."""
         return {m.name for m in self.registry.collect()}
 
 
 class _ShardCollector:
-    """Scrape-time figures, read from the shard's own state."""
+    """Scrape-time figures, read from the shard's stats view and the server's connection count."""
 
-    def __init__(self, shard: ShardCore) -> None:
-        self.shard = shard
+    def __init__(self, stats: Callable[[], ShardStats], connections: Callable[[], int],
+                 lags: Callable[[], Iterable[tuple[str, str, int, int]]]) -> None:
+        self.stats = stats
+        self.connections = connections
+        self.lags = lags
 
     def describe(self) -> Iterable[Metric]:
         return []  # computed at collect time; no fixed description needed
 
     def collect(self) -> Iterable[Metric]:
-        s = self.shard
-        hits, misses = s.cache.hits, s.cache.misses
+        s = self.stats()
+        hits, misses = s.cache_hits, s.cache_misses
         yield CounterMetricFamily("kafscale_cache_hits", "Segment/index cache hits", value=hits)
         yield CounterMetricFamily("kafscale_cache_misses", "Segment/index cache misses", value=misses)
         yield GaugeMetricFamily("kafscale_cache_hit_ratio", "Cache hits / lookups since start",
                                 value=hits / (hits + misses) if hits + misses else 0.0)
-        yield GaugeMetricFamily("kafscale_cache_bytes", "Bytes held by the cache", value=s.cache.size)
+        yield GaugeMetricFamily("kafscale_cache_bytes", "Bytes held by the cache", value=s.cache_bytes)
         yield GaugeMetricFamily("kafscale_s3_health_state", "0 healthy, 1 degraded, 2 unavailable",
-                                value=int(s.objects.state()))
-        yield GaugeMetricFamily("kafscale_shards", "Broker shards in the cluster", value=len(s.shards))
+                                value=s.s3_state)
+        yield GaugeMetricFamily("kafscale_shards", "Broker shards in the cluster", value=s.shards)
         yield GaugeMetricFamily("kafscale_partition_owners", "Partition owners hosted by this shard",
-                                value=len(s.owners))
+                                value=len(s.partitions))
         yield GaugeMetricFamily("kafscale_group_coordinators", "Group coordinators hosted by this shard",
-                                value=len(s.groups.groups))
-        yield GaugeMetricFamily("kafscale_connections", "Open client connections", value=s.listener.connections)
+                                value=s.group_coordinators)
+        yield GaugeMetricFamily("kafscale_connections", "Open client connections", value=self.connections())
         hwm = GaugeMetricFamily("kafscale_partition_high_watermark", "End of committed data",
                                 labels=["topic", "partition"])
         start = GaugeMetricFamily("kafscale_partition_log_start_offset", "First offset still kept",
                                   labels=["topic", "partition"])
-        for (topic, partition), owner in list(s.owners.items()):
-            hwm.add_metric([topic, str(partition)], owner.high_watermark)
-            start.add_metric([topic, str(partition)], owner.log_start_offset)
+        for p in s.partitions:
+            hwm.add_metric([p.topic, str(p.partition)], p.high_watermark)
+            start.add_metric([p.topic, str(p.partition)], p.log_start_offset)
         yield hwm
         yield start
         lag = GaugeMetricFamily("kafscale_consumer_lag", "High watermark minus committed offset",
                                 labels=["group", "topic", "partition"])
-        for group, topic, partition, value in _consumer_lag(s):
+        for group, topic, partition, value in self.lags():
             lag.add_metric([group, topic, str(partition)], value)
         yield lag
-
-
-def _consumer_lag(shard: ShardCore) -> Iterable[tuple[str, str, int, int]]:
-    """(group, topic, partition, lag) of partitions owned here, as kafscale.ops.lag last sampled them."""
-    sampler = getattr(shard, "lag_sampler", None)
-    return sampler.lags() if sampler is not None else ()
 
 
 class TimedMetadataStore(MetadataStore):

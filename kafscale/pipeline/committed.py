@@ -24,6 +24,8 @@ import msgpack
 from kafscale.cluster import keys
 from kafscale.cluster.records import SegmentMeta
 from kafscale.pipeline.location import Location
+from kafscale.storage.metadata_store import MetadataStore
+from kafscale.storage.metadata_stores import metadata_store_from_settings
 
 __all__ = ["PartitionLog", "Snapshot", "TopicMeta", "read_snapshot", "select_topics", "topic_names"]
 
@@ -143,19 +145,20 @@ def _sqlite_topics(conn: sqlite3.Connection) -> dict[str, Any]:
 
 
 async def _etcd_topic_names(location: Location) -> list[str]:
-    from kafscale.storage.etcd_store import EtcdStore
-
-    store = EtcdStore(location.etcd_endpoints, prefix=location.etcd_prefix)
+    store = _etcd_store(location)
     try:
         return sorted(kv.key[len(keys.TOPICS):] for kv in await store.range(keys.TOPICS))
     finally:
         await store.close()
 
 
-async def _etcd_snapshot(location: Location, topics: list[str] | None, pattern: str | None) -> Snapshot:
-    from kafscale.storage.etcd_store import EtcdStore  # gRPC only where etcd is used
+def _etcd_store(location: Location) -> MetadataStore:
+    return metadata_store_from_settings(data_dir=None, etcd_endpoints=location.etcd_endpoints,
+                                        prefix=location.etcd_prefix)  # imports gRPC only now
 
-    store = EtcdStore(location.etcd_endpoints, prefix=location.etcd_prefix)
+
+async def _etcd_snapshot(location: Location, topics: list[str] | None, pattern: str | None) -> Snapshot:
+    store = _etcd_store(location)
     try:
         topic_values = {kv.key[len(keys.TOPICS):]: kv.value for kv in await store.range(keys.TOPICS)}
         selected = select_topics(topic_values, topics=topics, pattern=pattern)

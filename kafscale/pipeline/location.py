@@ -56,10 +56,6 @@ class Location:
                              " embedded metadata store): committed offsets live there, not in the bucket")
         return location
 
-    def to_options(self) -> dict[str, str]:
-        return {"kafscale." + f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name)}
-
     @property
     def namespace(self) -> str:
         return self.s3_namespace

@@ -42,7 +42,7 @@ _REQUEST_HEADER_START = struct.Struct(">ihhi")  # size, api_key, api_version, co
 # temporary BytesIO per entity for its tags): ~20 µs for a one-partition ProduceResponse.
 # The encoder below is compiled once per class from the same field metadata, packs runs of
 # fixed-size fields with one struct call and appends to a single bytearray. Its output is
-# byte-identical to kio's writer for every schema (tests/test_protocol.py checks all of them).
+# byte-identical to kio's writer for every schema (tests/unit/test_protocol.py checks all of them).
 # --------------------------------------------------------------------------------------------
 
 _Encoder = Callable[[bytearray, Any], None]

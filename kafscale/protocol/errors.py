@@ -2,7 +2,7 @@
 
 `ErrorCode` is kio's enum (generated from Kafka's `Errors` list): members are snake_case
 (`ErrorCode.not_leader_or_follower`), compare equal to their int value and carry `.retriable`.
-Handlers put these into responses; the exceptions below never reach a client, the acceptor
+Handlers put these into responses; the exceptions below never reach a client, the listener
 turns them into a closed connection the way Kafka's SocketServer does.
 """
 

@@ -12,7 +12,7 @@ tags added to a version after kio's schemas were generated); kio's reader cannot
 reports them and `without_unknown_tags` cuts them out before decoding.
 
 The guard reads the schemas through two of kio 0.6.2's private helpers (`kio.serial._introspect`)
-exactly as kio's reader does; tests/test_protocol.py compares it with kio on every schema.
+exactly as kio's reader does; tests/unit/test_protocol.py compares it with kio on every schema.
 """
 
 from __future__ import annotations

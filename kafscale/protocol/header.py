@@ -1,4 +1,4 @@
-"""Request header parsing (request header v0, v1 and v2), without kio, so that the acceptor can
+"""Request header parsing (request header v0, v1 and v2), without kio, so that the listener can
 read key, version and correlation id even for APIs and versions it has no schema for.
 
     v0: api_key int16, api_version int16, correlation_id int32     (only ControlledShutdown v0)

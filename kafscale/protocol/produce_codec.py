@@ -5,7 +5,7 @@ per partition and linger (~64 KB each at 1 KiB records). Through the generic pat
 reader, kio's dataclasses for the response, the schema-driven encoder) a request cost ~30 µs of
 decoding and encoding on top of the work itself. The schema is small and stable, so here it is written
 out: one pass over the request that copies each partition's records once, straight into the bytearray
-the partition owner takes over, and a response packed with struct. `tests/test_produce_codec.py`
+the partition owner takes over, and a response packed with struct. `tests/unit/test_produce_codec.py`
 checks both against kio for every version.
 
 Request, by version (Kafka's ProduceRequest.json; v9+ are flexible: compact strings, arrays and
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from kafscale.protocol.errors import MalformedRequest
 from kafscale.protocol.guard import MAX_ELEMENTS
@@ -182,11 +182,20 @@ def read_produce_request(api_key: int, version: int, payload: bytes | memoryview
     return ProduceRequestData(transactional_id, acks, timeout_ms, topics)
 
 
+class PartitionAnswer(Protocol):
+    """One partition's answer (kafscale.broker.results.ProduceResult has these fields)."""
+
+    error: int
+    base_offset: int
+    log_append_time: int
+    log_start_offset: int
+    message: str | None
+
+
 def encode_produce_response(version: int, correlation_id: int,
-                            topics: list[tuple[str, list[tuple[int, dict[str, Any]]]]]) -> EncodedResponse:
-    """The response frame. `topics`: per topic, per partition (index, result) where result is the
-    shard's answer: {"error", "base_offset", "log_append_time", "log_start_offset", "message"}.
-    Offsets are -1 for a failed partition, as Kafka sends them."""
+                            topics: list[tuple[str, list[tuple[int, PartitionAnswer]]]]) -> EncodedResponse:
+    """The response frame. `topics`: per topic, per partition (index, answer). The base offset is -1 for a
+    failed partition, as Kafka sends it."""
     flexible = version >= FIRST_FLEXIBLE_VERSION
     out = bytearray(9 if flexible else 8)  # size and correlation id, + the header's empty tag section
     out += varint_bytes(len(topics) + 1) if flexible else _I32.pack(len(topics))
@@ -195,16 +204,16 @@ def encode_produce_response(version: int, correlation_id: int,
         _string(out, name, flexible)
         out += varint_bytes(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
         for index, result in partitions:
-            error = result["error"]
-            fields = [index, error, result.get("base_offset", -1) if error == 0 else -1]
+            error = result.error
+            fields = [index, error, result.base_offset if error == 0 else -1]
             if version >= 2:
-                fields.append(result.get("log_append_time", -1))
+                fields.append(result.log_append_time)
             if version >= 5:
-                fields.append(result.get("log_start_offset", -1))
+                fields.append(result.log_start_offset)
             out += partition_struct.pack(*fields)
             if version >= 8:
                 out += b"\x01" if flexible else _EMPTY_ARRAY  # record_errors: none
-                message = result.get("message") if error else None
+                message = result.message if error else None
                 if message is None:
                     out += b"\x00" if flexible else _NULL_STRING
                 else:

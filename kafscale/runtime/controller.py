@@ -50,7 +50,7 @@ class Controller:
         advertised = cfg.advertised_host or host
         ports = cfg.shard_port_list()
         if any(p == 0 for p in ports):
-            from kafscale.testing.ports import free_port
+            from kafscale.net import free_port
 
             ports = [p or free_port() for p in ports]
         self.addresses = [(i, advertised, port) for i, port in enumerate(ports)]

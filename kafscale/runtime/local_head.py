@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from kafscale.testing.ports import free_port
+from kafscale.net import free_port
 
 
 def ray_environment() -> dict[str, str]:

@@ -27,6 +27,7 @@ from ray.exceptions import ActorUnavailableError, RayError, RayTaskError
 
 from kafscale.runtime.heap import tune_gc_for_serving
 from kafscale.runtime.metadata_channel import UNARY_CALLS, ChannelClient, ChannelServer, decode_result, encode_args
+from kafscale.storage.backoff import Backoff
 from kafscale.storage.metadata_store import (
     Compare,
     KeyValue,
@@ -265,7 +266,7 @@ class RemoteMetadataStore(MetadataStore):
 
     async def watch(self, prefix: str, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
         after = start_revision - 1 if start_revision > 0 else await self.revision()
-        backoff = 0.05
+        backoff = Backoff(0.05, _UNAVAILABLE_BACKOFF_MAX)
         while not self._closed:
             try:
                 events = await self._poll(prefix, after)
@@ -273,10 +274,9 @@ class RemoteMetadataStore(MetadataStore):
                 # An actor being restarted by Ray comes back; keep the position and ask again.
                 if not isinstance(e.__cause__, ActorUnavailableError):
                     raise
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _UNAVAILABLE_BACKOFF_MAX)
+                await backoff.wait()
                 continue
-            backoff = 0.05
+            backoff.reset()
             if events is None:
                 return
             for event in events:

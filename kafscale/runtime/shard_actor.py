@@ -1,4 +1,4 @@
-"""The Ray actor hosting one ShardCore; a named actor ("kafscale-shard-N") in the Ray dashboard."""
+"""The Ray actor hosting one shard (a ShardHost); a named actor ("kafscale-shard-N") in the Ray dashboard."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ from typing import Any
 
 import ray
 
-from kafscale.broker.shard import ShardAddress, ShardCore
+from kafscale.broker.interface import FetchItem, Peer
+from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResult, PartitionLag, ProduceResult
+from kafscale.cluster.placement import ShardAddress
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
+from kafscale.ops.ray_mirror import RayMirror
 from kafscale.runtime.heap import tune_gc_for_serving
+from kafscale.runtime.shard_host import ShardHost
+from kafscale.storage.metadata_store import MetadataStore
+from kafscale.storage.metadata_stores import metadata_store_from_settings
 
 log = logging.getLogger(__name__)
 
@@ -22,16 +28,17 @@ def shard_actor_name(shard_id: int) -> str:
     return f"kafscale-shard-{shard_id}"
 
 
-def open_metadata_store(config: BrokerConfig, metadata_actor: str | None, ray_namespace: str) -> Any:
+def open_metadata_store(config: BrokerConfig, metadata_actor: str | None, ray_namespace: str) -> MetadataStore:
     """etcd is shared by nature: every shard connects itself. The embedded store lives in one actor."""
-    if config.etcd_endpoint_list():
-        from kafscale.storage.etcd_store import EtcdStore
 
-        return EtcdStore(config.etcd_endpoint_list(), prefix=config.etcd_prefix)
-    from kafscale.runtime.metadata_actor import RemoteMetadataStore
+    def embedded() -> MetadataStore:
+        from kafscale.runtime.metadata_actor import RemoteMetadataStore
 
-    assert metadata_actor is not None, "embedded metadata needs the metadata actor"
-    return RemoteMetadataStore(ray.get_actor(metadata_actor, namespace=ray_namespace))
+        assert metadata_actor is not None, "embedded metadata needs the metadata actor"
+        return RemoteMetadataStore(ray.get_actor(metadata_actor, namespace=ray_namespace))
+
+    return metadata_store_from_settings(data_dir=config.data_dir, etcd_endpoints=config.etcd_endpoint_list(),
+                                        prefix=config.etcd_prefix, embedded=embedded)
 
 
 def open_object_store(config: BrokerConfig) -> Any:
@@ -44,6 +51,30 @@ def open_object_store(config: BrokerConfig) -> Any:
     )
 
 
+class RayPeer:
+    """Another shard, called through its Ray actor: the broker's Peer calls, typed results back."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                      timeout_ms: int) -> ProduceResult:
+        return await self.handle.produce.remote(topic, partition, records, acks, timeout_ms)
+
+    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int,
+                    max_bytes: int) -> list[FetchResult]:
+        return await self.handle.fetch.remote(parts, max_wait_ms, min_bytes, max_bytes)
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetResult:
+        return await self.handle.list_offset.remote(topic, partition, timestamp)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult:
+        return await self.handle.delete_records.remote(topic, partition, offset)
+
+    async def group_lag(self, group_id: str) -> list[PartitionLag]:
+        return await self.handle.group_lag.remote(group_id)
+
+
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
 class ShardActor:
     def __init__(self, shard_id: int, config: dict[str, Any], shards: list[tuple[int, str, int]],
@@ -54,26 +85,24 @@ class ShardActor:
         self.shards = [ShardAddress(*s) for s in shards]
         self.metadata_actor = metadata_actor
         self.ray_namespace = ray_namespace
-        self.core: ShardCore | None = None
+        self.host: ShardHost | None = None
         self._starting: asyncio.Task[ShardAddress] | None = None
-        self._handles: dict[int, Any] = {}
+        self._peers: dict[int, Peer] = {}
 
-    async def _forward(self, shard_id: int, method: str, args: tuple[Any, ...]) -> Any:
-        handle = self._handles.get(shard_id)
-        if handle is None:
+    def _peer(self, shard_id: int) -> Peer:
+        peer = self._peers.get(shard_id)
+        if peer is None:
             handle = ray.get_actor(shard_actor_name(shard_id), namespace=self.ray_namespace)
-            self._handles[shard_id] = handle
-        return await getattr(handle, method).remote(*args)
+            peer = self._peers[shard_id] = RayPeer(handle)
+        return peer
 
     async def _start(self) -> ShardAddress:
         meta = open_metadata_store(self.config, self.metadata_actor, self.ray_namespace)
-        core = ShardCore(self.shard_id, self.config, meta=meta, objects=open_object_store(self.config),
-                         shards=self.shards, forward=self._forward)
-        address = await core.start()
-        self.core = core
-        from kafscale.ops.ray_mirror import RayMirror  # the Ray dashboard's copy of the shard's metrics
-
-        mirror = RayMirror(core.metrics.registry, self.shard_id)
+        host = ShardHost(self.shard_id, self.config, meta=meta, objects=open_object_store(self.config),
+                         shards=self.shards, peers=self._peer)
+        address = await host.start()
+        self.host = host
+        mirror = RayMirror(host.metrics.registry, self.shard_id)  # the Ray dashboard's copy of the shard's metrics
         self._ray_metrics = asyncio.get_running_loop().create_task(mirror.run())
         tune_gc_for_serving()
         return address
@@ -85,36 +114,38 @@ class ShardActor:
         a = await asyncio.shield(self._starting)
         return a.id, a.host, a.port
 
-    async def _core(self) -> ShardCore:
+    async def _host(self) -> ShardHost:
         await self.start()
-        assert self.core is not None
-        return self.core
+        assert self.host is not None
+        return self.host
 
-    async def produce(self, *args: Any) -> dict[str, Any]:
-        return await (await self._core()).produce(*args)
+    async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                      timeout_ms: int) -> ProduceResult:
+        return await (await self._host()).core.produce(topic, partition, records, acks, timeout_ms)
 
-    async def fetch(self, *args: Any) -> list[dict[str, Any]]:
-        return await (await self._core()).fetch(*args)
+    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int,
+                    max_bytes: int) -> list[FetchResult]:
+        return await (await self._host()).core.fetch(parts, max_wait_ms, min_bytes, max_bytes)
 
-    async def list_offset(self, *args: Any) -> dict[str, Any]:
-        return await (await self._core()).list_offset(*args)
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetResult:
+        return await (await self._host()).core.list_offset(topic, partition, timestamp)
 
-    async def delete_records(self, *args: Any) -> dict[str, Any]:
-        return await (await self._core()).delete_records(*args)
+    async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult:
+        return await (await self._host()).core.delete_records(topic, partition, offset)
 
-    async def group_lag(self, group_id: str) -> list[dict[str, Any]]:
-        return await (await self._core()).group_lag(group_id)
+    async def group_lag(self, group_id: str) -> list[PartitionLag]:
+        return await (await self._host()).core.group_lag(group_id)
 
     async def status(self) -> dict[str, Any]:
-        core = await self._core()
+        host = await self._host()
         # Ray runs actor loops on uvloop when it is installed; "asyncio" here means a slower broker.
         event_loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
-        return {"shard": self.shard_id, "pid": os.getpid(), "port": core.listener.port, "owners": len(core.owners),
-                "connections": core.listener.connections, "s3": core.objects.state().name.lower(),
-                "event_loop": event_loop, "frozen_objects": gc.get_freeze_count(),
-                "gc_thresholds": list(gc.get_threshold())}
+        return {"shard": self.shard_id, "pid": os.getpid(), "port": host.listener.port,
+                "owners": len(host.core.owners), "connections": host.listener.connections,
+                "s3": host.core.objects.state().name.lower(), "event_loop": event_loop,
+                "frozen_objects": gc.get_freeze_count(), "gc_thresholds": list(gc.get_threshold())}
 
     async def stop(self) -> None:
-        if self.core is not None:
-            await self.core.stop()
-            self.core = None
+        if self.host is not None:
+            await self.host.stop()
+            self.host = None

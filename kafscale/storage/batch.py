@@ -21,6 +21,7 @@ from crc32c import crc32c
 
 __all__ = [
     "ATTRIBUTES_OFFSET",
+    "BATCH_LENGTH_OFFSET",
     "CORRUPT_MESSAGE",
     "CRC_OFFSET",
     "HEADER_SIZE",
@@ -28,10 +29,13 @@ __all__ = [
     "LOG_OVERHEAD",
     "MAGIC_OFFSET",
     "MAX_TIMESTAMP_OFFSET",
+    "RECORD_COUNT_OFFSET",
     "BatchHeader",
     "CorruptSegmentError",
     "InvalidBatchError",
+    "batch_size",
     "check_crc",
+    "count_records",
     "read_header",
     "set_base_offset",
     "set_log_append_time",
@@ -44,12 +48,14 @@ HEADER_SIZE = 61
 # baseOffset + batchLength: the part of a batch that batchLength does not count.
 LOG_OVERHEAD = 12
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+BATCH_LENGTH_OFFSET = 8
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 # The CRC covers everything from the attributes to the end, which is why baseOffset, batchLength and
 # partitionLeaderEpoch can be rewritten without recomputing it.
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+RECORD_COUNT_OFFSET = 57  # the header's last field
 MAGIC_V2 = 2
 
 CORRUPT_MESSAGE = 2
@@ -68,6 +74,7 @@ _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 _I8 = struct.Struct(">b")
 assert _HEADER.size == HEADER_SIZE
+assert _HEADER.size == RECORD_COUNT_OFFSET + 4
 
 
 class InvalidBatchError(Exception):
@@ -171,6 +178,21 @@ def read_header(buf: Buffer, pos: int = 0, *, key: str | None = None) -> BatchHe
 def check_crc(buf: Buffer, pos: int, header: BatchHeader, *, key: str | None = None) -> None:
     """Raise InvalidBatchError (CORRUPT_MESSAGE) unless the batch's stored CRC32C matches its bytes."""
     _check_crc(memoryview(buf), pos, header, key, 0)
+
+
+def batch_size(buf: Buffer, pos: int = 0) -> int:
+    """Bytes of the whole batch starting at ``pos`` (batchLength + LOG_OVERHEAD), from its length field
+    alone: nothing is validated, and only bytes up to ``pos + LOG_OVERHEAD`` need to be present."""
+    return _I32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD
+
+
+def count_records(buf: Buffer) -> int:
+    """Records in concatenated batches that were validated already, from their headers alone."""
+    n, pos, end = 0, 0, len(buf)
+    while pos + HEADER_SIZE <= end:
+        n += _I32.unpack_from(buf, pos + RECORD_COUNT_OFFSET)[0]
+        pos += batch_size(buf, pos)
+    return n
 
 
 def split_batches(

@@ -28,6 +28,7 @@ from etcd3aio.connections import ConnectionManager
 from etcd3aio.kv import KVService
 from etcd3aio.lease import LeaseService
 
+from kafscale.storage.backoff import Backoff
 from kafscale.storage.metadata_store import (
     CompactedError,
     Compare,
@@ -274,7 +275,7 @@ class EtcdStore(MetadataStore):
         self._connect()
         key, end = self._span(self._key(prefix))
         next_rev = start_revision  # 0 until the first "created" response tells us what "now" is
-        backoff = _WATCH_BACKOFF_MIN
+        backoff = Backoff(_WATCH_BACKOFF_MIN, _WATCH_BACKOFF_MAX)
         while not self._closed:
             assert self._watch_stub is not None
             call = self._watch_stub.Watch(_watch_requests(key, end, next_rev))
@@ -290,7 +291,7 @@ class EtcdStore(MetadataStore):
                     if resp.created:
                         if next_rev == 0:
                             next_rev = resp.header.revision + 1
-                        backoff = _WATCH_BACKOFF_MIN
+                        backoff.reset()
                         continue
                     # etcd never splits one revision across responses, so after a response every event
                     # up to its last revision has been handed over.
@@ -320,8 +321,7 @@ class EtcdStore(MetadataStore):
             finally:
                 self._watch_calls.discard(call)
                 call.cancel()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _WATCH_BACKOFF_MAX)
+            await backoff.wait()
 
     # ------------------------------------------------------------------ lifecycle
 

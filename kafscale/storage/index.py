@@ -140,10 +140,14 @@ class SegmentIndex:
                 raise corrupt(f"time entry {i} decreases", times_at + i * TIME_ENTRY_SIZE)
         return cls(entries, interval, max_timestamps, unit)
 
-    def position_for(self, offset: int) -> int:
-        """Where to start reading for ``offset``: the greatest entry at or below it (else the first)."""
+    def entry_for(self, offset: int) -> IndexEntry:
+        """The entry to start reading at for ``offset``: the greatest at or below it (else the first)."""
         i = bisect_right(self._offsets, offset) - 1
-        return self.entries[max(i, 0)].position
+        return self.entries[max(i, 0)]
+
+    def position_for(self, offset: int) -> int:
+        """Where to start reading for ``offset`` (the position of ``entry_for(offset)``)."""
+        return self.entry_for(offset).position
 
     def position_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Where to start scanning for the first batch whose maxTimestamp >= ``timestamp_ms``.

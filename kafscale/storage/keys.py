@@ -16,18 +16,21 @@ import re
 from typing import Literal, NamedTuple
 
 __all__ = [
+    "MAX_TOPIC_NAME",
     "SegmentKey",
     "index_key",
     "parse_segment_key",
     "partition_prefix",
     "segment_key",
+    "topic_name_problem",
 ]
 
 SEGMENT_SUFFIX = "kfs"
 INDEX_SUFFIX = "index"
 
 # Kafka's legal topic characters and maximum length (org.apache.kafka.common.internals.Topic).
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+MAX_TOPIC_NAME = 249
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]+")
 _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
 _FILE_RE = re.compile(r"segment-([0-9]{20})(?:-e([1-9][0-9]{0,18}))?\.(kfs|index)")
 _MAX_PARTITION = 2**31 - 1
@@ -90,9 +93,22 @@ def _object_key(namespace: str, topic: str, partition: int, base_offset: int, su
     return f"{partition_prefix(namespace, topic, partition)}segment-{base_offset:020d}{variant}.{suffix}"
 
 
-def _valid_topic(topic: str) -> bool:
+def topic_name_problem(name: str | None) -> str | None:
+    """Kafka's topic name rules, the one copy of them; None when the name is legal."""
+    if not name:
+        return "topic name is empty"
     # "." and ".." are legal characters but not legal names (and would be path traversal on disk).
-    return _TOPIC_RE.fullmatch(topic) is not None and topic not in (".", "..")
+    if name in (".", ".."):
+        return f"topic name {name!r} is not allowed"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"topic name is longer than {MAX_TOPIC_NAME} characters"
+    if _TOPIC_RE.fullmatch(name) is None:
+        return f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def _valid_topic(topic: str) -> bool:
+    return topic_name_problem(topic) is None
 
 
 def _valid_namespace(namespace: str) -> bool:

@@ -35,6 +35,7 @@ from botocore.exceptions import (
 )
 from crc32c import crc32c
 
+from kafscale.storage.backoff import exponential
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
 from kafscale.storage.s3_put import Credentials, LeanPutter
 
@@ -193,7 +194,7 @@ class S3Store(ObjectStore):
 
     def _backoff(self, attempt: int) -> None:
         # Full jitter: spreads out the retries of many threads that failed together.
-        time.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
+        time.sleep(random.uniform(0, exponential(attempt, _BACKOFF_BASE_S, _BACKOFF_CAP_S)))
 
     def _call(
         self,

@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from kafscale.broker.shard import ShardCore
 from kafscale.config import BrokerConfig
+from kafscale.runtime.shard_host import ShardHost
 from kafscale.storage.metadata_store import MetadataStore
 from kafscale.storage.object_store import ObjectStore
 
@@ -31,7 +31,7 @@ class InProcessBroker:
         self._objects_factory = objects
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kafscale-broker", daemon=True)
-        self.core: ShardCore | None = None
+        self.shard: ShardHost | None = None
         self.meta: MetadataStore | None = None
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
@@ -43,21 +43,21 @@ class InProcessBroker:
 
         async def boot() -> None:
             self.meta = self._meta_factory()
-            self.core = ShardCore(0, self.config, meta=self.meta, objects=self._objects_factory())
-            await self.core.start()
+            self.shard = ShardHost(0, self.config, meta=self.meta, objects=self._objects_factory())
+            await self.shard.start()
 
         self.run(boot())
         return self
 
     @property
     def bootstrap(self) -> str:
-        assert self.core is not None
-        return f"127.0.0.1:{self.core.listener.port}"
+        assert self.shard is not None
+        return f"127.0.0.1:{self.shard.listener.port}"
 
     def stop(self) -> None:
         async def shutdown() -> None:
-            if self.core is not None:
-                await self.core.stop()
+            if self.shard is not None:
+                await self.shard.stop()
             if self.meta is not None:
                 await self.meta.close()
 

@@ -36,7 +36,7 @@ def _get(url: str) -> tuple[int, str]:
 
 
 def _base(cluster: Cluster) -> str:
-    core = cluster.broker.core
+    core = cluster.broker.shard
     assert core is not None and core.metrics_server is not None
     return f"http://127.0.0.1:{core.metrics_server.port}"
 
@@ -125,7 +125,7 @@ def test_group_coordinators_gauge_counts_the_groups_a_shard_hosts(broker_embedde
 
 
 def test_dashboard_queries_only_existing_metrics(broker_embedded: Cluster) -> None:
-    core = broker_embedded.broker.core
+    core = broker_embedded.broker.shard
     assert core is not None
     existing = core.metrics.names()
     dashboard = json.loads(DASHBOARD.read_text())
@@ -184,8 +184,8 @@ def s3_outage_broker(tmp_path: Path) -> Iterator[tuple[InProcessBroker, _Restart
 
 def test_readyz_follows_s3_outage(s3_outage_broker: tuple[InProcessBroker, _RestartableMoto]) -> None:
     broker, moto = s3_outage_broker
-    assert broker.core is not None and broker.core.metrics_server is not None
-    url = f"http://127.0.0.1:{broker.core.metrics_server.port}/readyz"
+    assert broker.shard is not None and broker.shard.metrics_server is not None
+    url = f"http://127.0.0.1:{broker.shard.metrics_server.port}/readyz"
     wait_until(lambda: _get(url)[0] == 200, timeout=30, what="ready before the outage")
     moto.stop()
     _, body = wait_until(lambda: (r := _get(url))[0] == 503 and r, timeout=30, what="unready during outage")
@@ -225,7 +225,7 @@ def test_consumer_lag_from_committed_offsets(broker_embedded: Cluster) -> None:
     for _ in range(25):
         p.produce(topic, value=b"x", partition=0)
     assert p.flush(15) == 0
-    core, meta = broker_embedded.broker.core, broker_embedded.broker.meta
+    core, meta = broker_embedded.broker.shard, broker_embedded.broker.meta
     assert core is not None and meta is not None
     broker_embedded.broker.run(meta.put(keys.group_offset(group, topic, 0),
                                         {"offset": 10, "leader_epoch": -1, "metadata": "", "commit_ms": 0}))

@@ -91,7 +91,7 @@ def test_s3_outage_gets_retriable_errors_in_time_and_loses_nothing(tmp_path: Pat
     broker = InProcessBroker(config, meta=lambda: EmbeddedStore(meta_path),
                              objects=lambda: own_seaweed.store("outage", create_bucket=True)).start()
     try:
-        with KafkaWire(broker.core.listener.port) as wire:  # type: ignore[union-attr]
+        with KafkaWire(broker.shard.listener.port) as wire:  # type: ignore[union-attr]
             wire.create_topic("s3-outage", 1)
             produce_until_ok(wire, "s3-outage", "before")
             assert values_of(wire, "s3-outage") == [f"before-{i}".encode() for i in range(3)]
@@ -122,7 +122,7 @@ def test_etcd_outage_gets_retriable_errors_in_time_and_loses_nothing(tmp_path: P
     broker = InProcessBroker(config, meta=lambda: EtcdStore(own_etcd.endpoint, prefix="/outage/"),
                              objects=lambda: LocalDirStore(objects_root)).start()
     try:
-        with KafkaWire(broker.core.listener.port) as wire:  # type: ignore[union-attr]
+        with KafkaWire(broker.shard.listener.port) as wire:  # type: ignore[union-attr]
             wire.create_topic("etcd-outage", 2)
             produce_until_ok(wire, "etcd-outage", "before")
 

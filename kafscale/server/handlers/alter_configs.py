@@ -5,26 +5,24 @@ Configs not named revert to their defaults, as in Kafka. Broker configs are read
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from typing import Any
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers import config_resources as cr
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 33, 0, 2
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def alter(res: Any, validate_only: bool) -> None:
-        await cr.alter_topic(shard, res.resource_name, {c.name: c.value for c in res.configs}, replace=True,
-                             validate_only=validate_only)
+async def alter(broker: Broker, res: Any, validate_only: bool) -> None:
+    await cr.alter_topic(broker, res.resource_name, {c.name: c.value for c in res.configs}, replace=True,
+                         validate_only=validate_only)
 
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        responses = await cr.alter_each(req.resources, bool(req.validate_only), alter, mod.AlterConfigsResourceResponse)
-        return make(mod.AlterConfigsResponse, throttle_time=NO_THROTTLE, responses=responses)
 
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    responses = await cr.alter_each(req.resources, bool(req.validate_only), functools.partial(alter, broker),
+                                     mod.AlterConfigsResourceResponse)
+    return make(mod.AlterConfigsResponse, throttle_time=NO_THROTTLE, responses=responses)

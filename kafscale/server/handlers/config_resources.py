@@ -10,16 +10,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.cluster import topic_configs
 from kafscale.cluster.topics import TopicInfo
 from kafscale.protocol.codec import make
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
 
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 2, 4, 8
 # ConfigSource (DescribeConfigsResponse)
@@ -63,13 +61,13 @@ class ConfigProblem(Exception):
         self.message = message
 
 
-def topic_defaults(shard: ShardCore) -> dict[str, str]:
+def topic_defaults(broker: Broker) -> dict[str, str]:
     """Kafka reports the broker's default for configs a topic does not set."""
-    return {**topic_configs.DEFAULTS, "segment.bytes": str(shard.config.segment_bytes)}
+    return {**topic_configs.DEFAULTS, "segment.bytes": str(broker.config.segment_bytes)}
 
 
-def topic_entries(shard: ShardCore, configs: dict[str, str]) -> list[ConfigEntry]:
-    defaults = topic_defaults(shard)
+def topic_entries(broker: Broker, configs: dict[str, str]) -> list[ConfigEntry]:
+    defaults = topic_defaults(broker)
     entries = []
     for name in sorted(defaults):
         synonym, kind, doc = TOPIC_CONFIGS.get(name, (name, TYPE_STRING, None))
@@ -86,10 +84,10 @@ def topic_entries(shard: ShardCore, configs: dict[str, str]) -> list[ConfigEntry
 _SECRETS = {"s3_secret_key", "s3_access_key"}
 
 
-def broker_entries(shard: ShardCore, broker_id: int) -> list[ConfigEntry]:
+def broker_entries(broker: Broker, broker_id: int) -> list[ConfigEntry]:
     """Read-only: Kafka's names where one exists (tools look for them), then every kafscale setting."""
-    cfg = shard.config
-    addr = next((s for s in shard.shards if s.id == broker_id), None)
+    cfg = broker.config
+    addr = next((s for s in broker.placement.shards if s.id == broker_id), None)
     listener = f"PLAINTEXT://{addr.host}:{addr.port}" if addr else ""
     kafka_names: list[tuple[str, str, int]] = [
         ("broker.id", str(broker_id), TYPE_INT),
@@ -98,7 +96,7 @@ def broker_entries(shard: ShardCore, broker_id: int) -> list[ConfigEntry]:
         ("auto.create.topics.enable", str(cfg.auto_create_topics).lower(), TYPE_BOOLEAN),
         ("num.partitions", str(cfg.default_partitions), TYPE_INT),
         ("socket.request.max.bytes", str(cfg.max_frame_bytes), TYPE_INT),
-        *((synonym, topic_defaults(shard)[topic], kind) for topic, (synonym, kind, _) in TOPIC_CONFIGS.items()
+        *((synonym, topic_defaults(broker)[topic], kind) for topic, (synonym, kind, _) in TOPIC_CONFIGS.items()
           if synonym != topic),
         ("compression.type", topic_configs.DEFAULTS["compression.type"], TYPE_STRING),
     ]
@@ -118,11 +116,11 @@ def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def broker_id(shard: ShardCore, name: str) -> int | None:
-    """The broker a BROKER resource names ('' = cluster-wide default, answered as this shard)."""
+def broker_id(broker: Broker, name: str) -> int | None:
+    """The broker a BROKER resource names ('' = cluster-wide default, answered as this broker)."""
     if name == "":
-        return shard.shard_id
-    if not name.isdigit() or all(s.id != int(name) for s in shard.shards):
+        return broker.shard_id
+    if not name.isdigit() or all(s.id != int(name) for s in broker.placement.shards):
         raise ConfigProblem(ErrorCode.invalid_request, f"unknown broker id {name!r}")
     return int(name)
 
@@ -133,11 +131,11 @@ def refuse_broker_change() -> ConfigProblem:
                          " (or KAFSCALE_* variables) and restart the broker")
 
 
-async def alter_topic(shard: ShardCore, name: str, change: dict[str, str | None], *, replace: bool,
+async def alter_topic(broker: Broker, name: str, change: dict[str, str | None], *, replace: bool,
                       validate_only: bool) -> None:
     """Set (value) or remove (None) topic configs; replace=True drops every config not named (AlterConfigs).
     Raises ConfigProblem with Kafka's error code."""
-    if await shard.topics.get(name) is None:
+    if await broker.topics.get(name) is None:
         raise ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
     problem = topic_configs.validate({k: v for k, v in change.items() if v is not None or replace})
     if problem is None:
@@ -158,7 +156,7 @@ async def alter_topic(shard: ShardCore, name: str, change: dict[str, str | None]
                 configs[key] = value
         return dataclasses.replace(info, configs=configs)
 
-    if await shard.topics.modify(name, apply) is None:
+    if await broker.topics.modify(name, apply) is None:
         raise ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
 
 

@@ -7,17 +7,16 @@ Kafka's messages for a count that is not an increase are kept, since tools show 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.cluster.topics import TopicInfo, place
+from kafscale.broker.interface import Broker
+from kafscale.cluster.placement import spread
+from kafscale.cluster.topics import TopicInfo
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
 from kafscale.server.handlers.create_topics import MAX_PARTITIONS
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 37, 0, 3
 
@@ -28,49 +27,48 @@ class _Refused(Exception):
         self.code, self.message = code, message
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    def grow(count: int) -> Any:
-        def change(info: TopicInfo) -> TopicInfo:
-            if count < info.partitions:
-                raise _Refused(ErrorCode.invalid_partitions, f"Topic currently has {info.partitions} partitions,"
-                                                             f" which is higher than the requested {count}.")
-            if count == info.partitions:
-                raise _Refused(ErrorCode.invalid_partitions, f"Topic already has {info.partitions} partitions.")
-            added = place(info.name, count, max(len(shard.shards), 1))[info.partitions:]
-            return dataclasses.replace(info, partitions=count, placement=[*info.placement, *added])
-        return change
+def grow(broker: Broker, count: int) -> Any:
+    def change(info: TopicInfo) -> TopicInfo:
+        if count < info.partitions:
+            raise _Refused(ErrorCode.invalid_partitions, f"Topic currently has {info.partitions} partitions,"
+                                                         f" which is higher than the requested {count}.")
+        if count == info.partitions:
+            raise _Refused(ErrorCode.invalid_partitions, f"Topic already has {info.partitions} partitions.")
+        added = spread(info.name, count, len(broker.placement.shards), first=info.partitions)
+        return dataclasses.replace(info, partitions=count, placement=[*info.placement, *added])
+    return change
 
-    async def create(topic: Any, validate_only: bool) -> None:
-        count = int(topic.count)
-        if topic.assignments:
-            raise _Refused(ErrorCode.invalid_request, "manual partition assignment is not supported:"
-                                                      " leave assignments empty and partitions are placed on shards")
-        if count > MAX_PARTITIONS:
-            raise _Refused(ErrorCode.invalid_partitions, f"number of partitions must be at most {MAX_PARTITIONS}")
-        info = await shard.topics.get(topic.name)
-        if info is None:
-            raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {topic.name!r} does not exist")
-        if validate_only:
-            grow(count)(info)
-            return
-        if await shard.topics.modify(topic.name, grow(count)) is None:
-            raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {topic.name!r} does not exist")
 
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        names = [t.name for t in req.topics]
-        results = []
-        for topic in req.topics:
-            code, message = ErrorCode.none, None
-            if names.count(topic.name) > 1:
-                code, message = ErrorCode.invalid_request, "Duplicate topic in request."
-            else:
-                try:
-                    await create(topic, bool(req.validate_only))
-                except _Refused as e:
-                    code, message = e.code, e.message
-            results.append(make(mod.CreatePartitionsTopicResult, name=topic.name, error_code=code,
-                                error_message=message))
-        return make(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+async def create(broker: Broker, topic: Any, validate_only: bool) -> None:
+    count = int(topic.count)
+    if topic.assignments:
+        raise _Refused(ErrorCode.invalid_request, "manual partition assignment is not supported:"
+                                                  " leave assignments empty and partitions are placed on shards")
+    if count > MAX_PARTITIONS:
+        raise _Refused(ErrorCode.invalid_partitions, f"number of partitions must be at most {MAX_PARTITIONS}")
+    info = await broker.topics.get(topic.name)
+    if info is None:
+        raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {topic.name!r} does not exist")
+    if validate_only:
+        grow(broker, count)(info)
+        return
+    if await broker.topics.modify(topic.name, grow(broker, count)) is None:
+        raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {topic.name!r} does not exist")
 
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    names = [t.name for t in req.topics]
+    results = []
+    for topic in req.topics:
+        code, message = ErrorCode.none, None
+        if names.count(topic.name) > 1:
+            code, message = ErrorCode.invalid_request, "Duplicate topic in request."
+        else:
+            try:
+                await create(broker, topic, bool(req.validate_only))
+            except _Refused as e:
+                code, message = e.code, e.message
+        results.append(make(mod.CreatePartitionsTopicResult, name=topic.name, error_code=code,
+                            error_message=message))
+    return make(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

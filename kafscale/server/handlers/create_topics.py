@@ -3,73 +3,66 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.cluster import topic_configs
 from kafscale.cluster.topics import TopicExistsError, topic_name_problem
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
 _ZERO_UUID = uuid.UUID(int=0)
 MAX_PARTITIONS = 100_000
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def create(topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, Any]:
-        name = topic.name
-        problem = topic_name_problem(name)
-        if problem:
-            return ErrorCode.invalid_topic_exception, problem, None
-        if topic.assignments:
-            return ErrorCode.invalid_request, "manual replica assignment is not supported", None
-        partitions = int(topic.num_partitions)
-        if partitions == -1:
-            partitions = shard.config.default_partitions
-        if not 0 < partitions <= MAX_PARTITIONS:
-            return ErrorCode.invalid_partitions, f"number of partitions must be 1..{MAX_PARTITIONS}", None
-        if int(topic.replication_factor) == 0 or int(topic.replication_factor) < -1:
-            return ErrorCode.invalid_replication_factor, "replication factor must be -1 or positive", None
-        configs = {c.name: c.value for c in topic.configs}
-        problem = topic_configs.validate(configs)
-        if problem:
-            return ErrorCode.invalid_config, problem, None
-        try:
-            info = await shard.topics.create(name, partitions, len(shard.shards), configs, validate_only)
-        except TopicExistsError:
-            return ErrorCode.topic_already_exists, f"topic {name!r} already exists", None
-        return ErrorCode.none, None, info
-
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        results = []
-        seen: set[str] = set()
-        for topic in req.topics:
-            if topic.name in seen:
-                code, message, info = ErrorCode.invalid_request, "topic listed twice", None
-            else:
-                code, message, info = await create(topic, bool(getattr(req, "validate_only", False)))
-            seen.add(topic.name)
-            configs = ()
-            if info is not None and hasattr(mod, "CreatableTopicConfigs"):
-                merged = {**topic_configs.DEFAULTS, **info.configs}
-                configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
-                                     config_source=1 if k in info.configs else 5, is_sensitive=False)
-                                for k, v in sorted(merged.items()))
-            results.append(make(
-                mod.CreatableTopicResult, name=topic.name,
-                topic_id=info.id if info else _ZERO_UUID, error_code=code, error_message=message,
-                num_partitions=info.partitions if info else -1, replication_factor=1 if info else -1,
-                configs=configs,
-            ))
-        return make(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def create(broker: Broker, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, Any]:
+    name = topic.name
+    problem = topic_name_problem(name)
+    if problem:
+        return ErrorCode.invalid_topic_exception, problem, None
+    if topic.assignments:
+        return ErrorCode.invalid_request, "manual replica assignment is not supported", None
+    partitions = int(topic.num_partitions)
+    if partitions == -1:
+        partitions = broker.config.default_partitions
+    if not 0 < partitions <= MAX_PARTITIONS:
+        return ErrorCode.invalid_partitions, f"number of partitions must be 1..{MAX_PARTITIONS}", None
+    if int(topic.replication_factor) == 0 or int(topic.replication_factor) < -1:
+        return ErrorCode.invalid_replication_factor, "replication factor must be -1 or positive", None
+    configs = {c.name: c.value for c in topic.configs}
+    problem = topic_configs.validate(configs)
+    if problem:
+        return ErrorCode.invalid_config, problem, None
+    try:
+        info = await broker.topics.create(name, partitions, len(broker.placement.shards), configs, validate_only)
+    except TopicExistsError:
+        return ErrorCode.topic_already_exists, f"topic {name!r} already exists", None
+    return ErrorCode.none, None, info
 
 
-
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    results = []
+    seen: set[str] = set()
+    for topic in req.topics:
+        if topic.name in seen:
+            code, message, info = ErrorCode.invalid_request, "topic listed twice", None
+        else:
+            code, message, info = await create(broker, topic, bool(getattr(req, "validate_only", False)))
+        seen.add(topic.name)
+        configs = ()
+        if info is not None and hasattr(mod, "CreatableTopicConfigs"):
+            merged = {**topic_configs.DEFAULTS, **info.configs}
+            configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
+                                 config_source=1 if k in info.configs else 5, is_sensitive=False)
+                            for k, v in sorted(merged.items()))
+        results.append(make(
+            mod.CreatableTopicResult, name=topic.name,
+            topic_id=info.id if info else _ZERO_UUID, error_code=code, error_message=message,
+            num_partitions=info.partitions if info else -1, replication_factor=1 if info else -1,
+            configs=configs,
+        ))
+    return make(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        results = []
-        for group_id in req.groups_names:
-            error, coordinator = await shard.groups.lookup(group_id)
-            if error == ErrorCode.none:
-                error = ErrorCode.group_id_not_found if coordinator is None else await coordinator.delete_group()
-            results.append(make(mod.DeletableGroupResult, group_id=group_id, error_code=error))
-        return make(mod.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    results = []
+    for group_id in req.groups_names:
+        error, coordinator = await broker.groups.lookup(group_id)
+        if error == ErrorCode.none:
+            error = ErrorCode.group_id_not_found if coordinator is None else await coordinator.delete_group()
+        results.append(make(mod.DeletableGroupResult, group_id=group_id, error_code=error))
+    return make(mod.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -2,36 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 60, 0, 1
 ENDPOINT_BROKERS = 1
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's value when the client did not ask for them
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        endpoint_type = int(getattr(req, "endpoint_type", ENDPOINT_BROKERS))
-        if endpoint_type != ENDPOINT_BROKERS:
-            # Kafka brokers answer this for controller endpoints (only KRaft controllers list those).
-            return make(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE,
-                        error_code=ErrorCode.unsupported_endpoint_type,
-                        error_message="only broker endpoints are served", endpoint_type=endpoint_type,
-                        cluster_id=shard.cluster_id, controller_id=-1, brokers=(),
-                        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
-        brokers = tuple(make(mod.DescribeClusterBroker, broker_id=s.id, host=s.host, port=s.port, rack=None)
-                        for s in shard.shards)
-        return make(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                    error_message=None, endpoint_type=ENDPOINT_BROKERS, cluster_id=shard.cluster_id,
-                    controller_id=0, brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    endpoint_type = int(getattr(req, "endpoint_type", ENDPOINT_BROKERS))
+    if endpoint_type != ENDPOINT_BROKERS:
+        # Kafka brokers answer this for controller endpoints (only KRaft controllers list those).
+        return make(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.unsupported_endpoint_type,
+                    error_message="only broker endpoints are served", endpoint_type=endpoint_type,
+                    cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
+                    cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+    brokers = tuple(make(mod.DescribeClusterBroker, broker_id=s.id, host=s.host, port=s.port, rack=None)
+                    for s in broker.placement.shards)
+    return make(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                error_message=None, endpoint_type=ENDPOINT_BROKERS, cluster_id=broker.cluster_id,
+                controller_id=0, brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

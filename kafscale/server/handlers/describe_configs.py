@@ -2,50 +2,46 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers import config_resources as cr
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def entries_for(resource_type: int, name: str) -> list[cr.ConfigEntry]:
-        if resource_type == cr.RESOURCE_TOPIC:
-            info = await shard.topics.get(name)
-            if info is None:
-                raise cr.ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-            return cr.topic_entries(shard, info.configs)
-        if resource_type == cr.RESOURCE_BROKER:
-            return cr.broker_entries(shard, cr.broker_id(shard, name))  # type: ignore[arg-type]
-        raise cr.ConfigProblem(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
+async def entries_for(broker: Broker, resource_type: int, name: str) -> list[cr.ConfigEntry]:
+    if resource_type == cr.RESOURCE_TOPIC:
+        info = await broker.topics.get(name)
+        if info is None:
+            raise cr.ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        return cr.topic_entries(broker, info.configs)
+    if resource_type == cr.RESOURCE_BROKER:
+        return cr.broker_entries(broker, cr.broker_id(broker, name))  # type: ignore[arg-type]
+    raise cr.ConfigProblem(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
 
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        synonyms_wanted = bool(getattr(req, "include_synonyms", False))
-        docs_wanted = bool(getattr(req, "include_documentation", False))
-        results = []
-        for res in req.resources:
-            code, message, configs = ErrorCode.none, None, ()
-            try:
-                entries = await entries_for(int(res.resource_type), res.resource_name)
-            except cr.ConfigProblem as e:
-                code, message, entries = e.code, e.message, []
-            wanted = None if res.configuration_keys is None else set(res.configuration_keys)
-            configs = tuple(_entry(mod, e, synonyms_wanted, docs_wanted) for e in entries
-                            if wanted is None or not wanted or e.name in wanted)
-            results.append(make(mod.DescribeConfigsResult, error_code=code, error_message=message,
-                                resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
-        return make(mod.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    synonyms_wanted = bool(getattr(req, "include_synonyms", False))
+    docs_wanted = bool(getattr(req, "include_documentation", False))
+    results = []
+    for res in req.resources:
+        code, message, configs = ErrorCode.none, None, ()
+        try:
+            entries = await entries_for(broker, int(res.resource_type), res.resource_name)
+        except cr.ConfigProblem as e:
+            code, message, entries = e.code, e.message, []
+        wanted = None if res.configuration_keys is None else set(res.configuration_keys)
+        configs = tuple(_entry(mod, e, synonyms_wanted, docs_wanted) for e in entries
+                        if wanted is None or not wanted or e.name in wanted)
+        results.append(make(mod.DescribeConfigsResult, error_code=code, error_message=message,
+                            resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
+    return make(mod.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
 def _entry(mod: Any, e: cr.ConfigEntry, synonyms: bool, docs: bool) -> Any:

@@ -6,16 +6,14 @@ exist is reported as Dead without an error.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.groups.state import State
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 15, 0, 5
 # With no authorizer every group operation is allowed: READ (3), DELETE (6), DESCRIBE (8).
@@ -23,30 +21,27 @@ GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 NOT_REQUESTED = -(2**31)
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        operations = GROUP_OPERATIONS if getattr(req, "include_authorized_operations", False) else NOT_REQUESTED
-        groups = []
-        for group_id in req.groups:
-            error, coordinator = await shard.groups.lookup(group_id)
-            fields: dict[str, Any] = {"group_state": "", "protocol_type": "", "protocol_data": "", "members": ()}
-            if error == ErrorCode.none:
-                fields["group_state"] = State.DEAD.value
-            if coordinator is not None:
-                g = coordinator.group
-                stable = g.state is State.STABLE
-                fields = {
-                    "group_state": g.state.value, "protocol_type": g.protocol_type or "",
-                    "protocol_data": (g.protocol_name or "") if stable else "",
-                    "members": tuple(make(
-                        mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.instance_id,
-                        client_id=m.client_id, client_host=m.client_host,
-                        member_metadata=m.metadata(g.protocol_name) if stable else b"",
-                        member_assignment=m.assignment if stable else b"") for m in g.members.values()),
-                }
-            groups.append(make(mod.DescribedGroup, error_code=error, group_id=group_id,
-                               authorized_operations=operations, **fields))
-        return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    operations = GROUP_OPERATIONS if getattr(req, "include_authorized_operations", False) else NOT_REQUESTED
+    groups = []
+    for group_id in req.groups:
+        error, coordinator = await broker.groups.lookup(group_id)
+        fields: dict[str, Any] = {"group_state": "", "protocol_type": "", "protocol_data": "", "members": ()}
+        if error == ErrorCode.none:
+            fields["group_state"] = State.DEAD.value
+        if coordinator is not None:
+            g = coordinator.group
+            stable = g.state is State.STABLE
+            fields = {
+                "group_state": g.state.value, "protocol_type": g.protocol_type or "",
+                "protocol_data": (g.protocol_name or "") if stable else "",
+                "members": tuple(make(
+                    mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.instance_id,
+                    client_id=m.client_id, client_host=m.client_host,
+                    member_metadata=m.metadata(g.protocol_name) if stable else b"",
+                    member_assignment=m.assignment if stable else b"") for m in g.members.values()),
+            }
+        groups.append(make(mod.DescribedGroup, error_code=error, group_id=group_id,
+                           authorized_operations=operations, **fields))
+    return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))

@@ -2,61 +2,54 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker, FetchItem
+from kafscale.broker.results import FetchResult
 from kafscale.server.handlers.common import NO_THROTTLE, make, ms, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        by_id = ctx.api_version >= 13
-        # (topic-id-or-name, partition, name or None) in request order
-        wanted: list[tuple[Any, int, str | None]] = []
-        parts: list[tuple[str, int, int, int]] = []
-        for topic in req.topics:
-            if by_id:
-                info = shard.topics.by_id.get(topic.topic_id)
-                name = info.name if info else None
-                ident: Any = topic.topic_id
-            else:
-                name = topic.topic
-                ident = topic.topic
-            for p in topic.partitions:
-                wanted.append((ident, int(p.partition), name))
-                if name is not None:
-                    parts.append((name, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes)))
-        results = iter(await shard.fetch(parts, ms(req.max_wait), int(req.min_bytes),
-                                         int(getattr(req, "max_bytes", 0x7FFFFFFF))))
-        mod = response_module(ctx)
-        grouped: dict[Any, list[Any]] = {}
-        for ident, partition, name in wanted:
-            if name is None:
-                r: dict[str, Any] = {"error": int(ErrorCode.unknown_topic_id), "hwm": -1, "log_start": -1}
-            else:
-                r = next(results)
-            grouped.setdefault(ident, []).append(make(
-                mod.PartitionData,
-                partition_index=partition,
-                error_code=ErrorCode(r["error"]),
-                high_watermark=r["hwm"],
-                last_stable_offset=r["hwm"],
-                log_start_offset=r["log_start"],
-                aborted_transactions=None if r["error"] else (),
-                preferred_read_replica=-1,
-                records=r.get("records") or b"",
-            ))
-        key = "topic_id" if by_id else "topic"
-        responses = tuple(make(mod.FetchableTopicResponse, **{key: ident}, partitions=tuple(ps))
-                          for ident, ps in grouped.items())
-        return make(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
-                    responses=responses)
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    by_id = ctx.api_version >= 13
+    # (topic-id-or-name, partition, name or None) in request order
+    wanted: list[tuple[Any, int, str | None]] = []
+    parts: list[FetchItem] = []
+    for topic in req.topics:
+        if by_id:
+            info = broker.topics.by_id.get(topic.topic_id)
+            name = info.name if info else None
+            ident: Any = topic.topic_id
+        else:
+            name = topic.topic
+            ident = topic.topic
+        for p in topic.partitions:
+            wanted.append((ident, int(p.partition), name))
+            if name is not None:
+                parts.append((name, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes)))
+    results = iter(await broker.fetch(parts, ms(req.max_wait), int(req.min_bytes),
+                                     int(getattr(req, "max_bytes", 0x7FFFFFFF))))
+    mod = response_module(ctx)
+    grouped: dict[Any, list[Any]] = {}
+    for ident, partition, name in wanted:
+        r = FetchResult(int(ErrorCode.unknown_topic_id)) if name is None else next(results)
+        grouped.setdefault(ident, []).append(make(
+            mod.PartitionData,
+            partition_index=partition,
+            error_code=ErrorCode(r.error),
+            high_watermark=r.high_watermark,
+            last_stable_offset=r.high_watermark,
+            log_start_offset=r.log_start_offset,
+            aborted_transactions=None if r.error else (),
+            preferred_read_replica=-1,
+            records=r.records,
+        ))
+    key = "topic_id" if by_id else "topic"
+    responses = tuple(make(mod.FetchableTopicResponse, **{key: ident}, partitions=tuple(ps))
+                      for ident, ps in grouped.items())
+    return make(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
+                responses=responses)

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 4
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        return make(response_module(ctx).HeartbeatResponse, throttle_time=NO_THROTTLE,
-                    error_code=await _heartbeat(req, shard))
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return make(response_module(ctx).HeartbeatResponse, throttle_time=NO_THROTTLE,
+                error_code=await _heartbeat(req, broker))
 
 
-async def _heartbeat(req: Any, shard: ShardCore) -> ErrorCode:
+async def _heartbeat(req: Any, broker: Broker) -> ErrorCode:
     if not req.group_id:
         return ErrorCode.invalid_group_id
-    error, coordinator = await shard.groups.lookup(req.group_id)
+    error, coordinator = await broker.groups.lookup(req.group_id)
     if error != ErrorCode.none:
         return error
     if coordinator is None:

@@ -1,45 +1,40 @@
 """JoinGroup v0-v7: the rebalance barrier, MEMBER_ID_REQUIRED (v4+), static membership (v5+).
 
-The answer waits until every known member has re-joined or the rebalance timeout has passed (group_state.py);
+The answer waits until every known member has re-joined or the rebalance timeout has passed (kafscale/groups/state.py);
 only the leader's answer lists the members, whose metadata its client-side assignor uses.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.groups.state import JoinResult
 from kafscale.server.handlers.common import NO_THROTTLE, make, ms, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 7
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        result = await _join(ctx, req, shard)
-        mod = response_module(ctx)
-        members = tuple(make(mod.JoinGroupResponseMember, member_id=m, group_instance_id=i, metadata=data)
-                        for m, i, data in result.members)
-        nullable = ctx.api_version >= 7  # before v7 "no protocol" is an empty string
-        return make(mod.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
-                    generation_id=result.generation,
-                    protocol_type=result.protocol_type if nullable else result.protocol_type or "",
-                    protocol_name=result.protocol_name if nullable else result.protocol_name or "",
-                    leader=result.leader, member_id=result.member_id, members=members)
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    result = await _join(ctx, req, broker)
+    mod = response_module(ctx)
+    members = tuple(make(mod.JoinGroupResponseMember, member_id=m, group_instance_id=i, metadata=data)
+                    for m, i, data in result.members)
+    nullable = ctx.api_version >= 7  # before v7 "no protocol" is an empty string
+    return make(mod.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+                generation_id=result.generation,
+                protocol_type=result.protocol_type if nullable else result.protocol_type or "",
+                protocol_name=result.protocol_name if nullable else result.protocol_name or "",
+                leader=result.leader, member_id=result.member_id, members=members)
 
 
-async def _join(ctx: RequestContext, req: Any, shard: ShardCore) -> JoinResult:
+async def _join(ctx: RequestContext, req: Any, broker: Broker) -> JoinResult:
     if not req.group_id:
         return JoinResult(ErrorCode.invalid_group_id, req.member_id)
-    error, coordinator = await shard.groups.lookup(req.group_id, create=req.member_id == "")
+    error, coordinator = await broker.groups.lookup(req.group_id, create=req.member_id == "")
     if error != ErrorCode.none:
         return JoinResult(error, req.member_id)
     if coordinator is None:  # a member id for a group that does not exist

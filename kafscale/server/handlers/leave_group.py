@@ -2,43 +2,38 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 4
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        if ctx.api_version < 3:
-            leaving: list[tuple[str, str | None]] = [(req.member_id, None)]
-        else:
-            leaving = [(m.member_id, m.group_instance_id) for m in req.members]
-        error, member_errors = await _leave(req.group_id, leaving, shard)
-        if ctx.api_version < 3:
-            # One member: its outcome is the answer (Kafka's LeaveGroupResponse for old versions).
-            return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE,
-                        error_code=error if error != ErrorCode.none else member_errors[0])
-        members = tuple(make(mod.MemberResponse, member_id=m, group_instance_id=i, error_code=e)
-                        for (m, i), e in zip(leaving, member_errors, strict=False) if error == ErrorCode.none)
-        return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=error, members=members)
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    if ctx.api_version < 3:
+        leaving: list[tuple[str, str | None]] = [(req.member_id, None)]
+    else:
+        leaving = [(m.member_id, m.group_instance_id) for m in req.members]
+    error, member_errors = await _leave(req.group_id, leaving, broker)
+    if ctx.api_version < 3:
+        # One member: its outcome is the answer (Kafka's LeaveGroupResponse for old versions).
+        return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                    error_code=error if error != ErrorCode.none else member_errors[0])
+    members = tuple(make(mod.MemberResponse, member_id=m, group_instance_id=i, error_code=e)
+                    for (m, i), e in zip(leaving, member_errors, strict=False) if error == ErrorCode.none)
+    return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=error, members=members)
 
 
 async def _leave(group_id: str, leaving: list[tuple[str, str | None]],
-                 shard: ShardCore) -> tuple[ErrorCode, list[ErrorCode]]:
+                 broker: Broker) -> tuple[ErrorCode, list[ErrorCode]]:
     if not group_id:
         return ErrorCode.invalid_group_id, [ErrorCode.invalid_group_id] * len(leaving)
-    error, coordinator = await shard.groups.lookup(group_id)
+    error, coordinator = await broker.groups.lookup(group_id)
     if error != ErrorCode.none:
         return error, [error] * len(leaving)
     if coordinator is None:

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 4
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        if shard.groups.closed:
-            return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE,
-                        error_code=ErrorCode.coordinator_not_available, groups=())
-        states = {s.lower() for s in getattr(req, "states_filter", ())}
-        groups = tuple(
-            make(mod.ListedGroup, group_id=c.group_id, protocol_type=c.group.protocol_type or "",
-                 group_state=c.group.state.value)
-            for c in sorted(await shard.groups.all_groups(), key=lambda c: c.group_id)
-            if not states or c.group.state.value.lower() in states)
-        return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    if broker.groups.closed:
+        return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.coordinator_not_available, groups=())
+    states = {s.lower() for s in getattr(req, "states_filter", ())}
+    groups = tuple(
+        make(mod.ListedGroup, group_id=c.group_id, protocol_type=c.group.protocol_type or "",
+             group_state=c.group.state.value)
+        for c in sorted(await broker.groups.all_groups(), key=lambda c: c.group_id)
+        if not states or c.group.state.value.lower() in states)
+    return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)

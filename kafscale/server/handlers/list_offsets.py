@@ -3,38 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 2, 1, 8
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        jobs = [(t.name, int(p.partition_index), int(p.timestamp)) for t in req.topics for p in t.partitions]
-        results = iter(await asyncio.gather(*(shard.list_offset(t, p, ts) for t, p, ts in jobs)))
-        mod = response_module(ctx)
-        topics = []
-        for t in req.topics:
-            partitions = []
-            for p in t.partitions:
-                r = next(results)
-                partitions.append(make(
-                    mod.ListOffsetsPartitionResponse,
-                    partition_index=p.partition_index,
-                    error_code=ErrorCode(r["error"]),
-                    timestamp=r["timestamp"],
-                    offset=r["offset"],
-                    leader_epoch=-1,
-                ))
-            topics.append(make(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(partitions)))
-        return make(mod.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    jobs = [(t.name, int(p.partition_index), int(p.timestamp)) for t in req.topics for p in t.partitions]
+    results = iter(await asyncio.gather(*(broker.list_offset(t, p, ts) for t, p, ts in jobs)))
+    mod = response_module(ctx)
+    topics = []
+    for t in req.topics:
+        partitions = []
+        for p in t.partitions:
+            r = next(results)
+            partitions.append(make(
+                mod.ListOffsetsPartitionResponse,
+                partition_index=p.partition_index,
+                error_code=ErrorCode(r.error),
+                timestamp=r.timestamp,
+                offset=r.offset,
+                leader_epoch=-1,
+            ))
+        topics.append(make(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(partitions)))
+    return make(mod.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -10,90 +10,93 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import TYPE_CHECKING, Any
+import weakref
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.cluster.topics import TopicExistsError, TopicInfo, topic_name_problem
 from kafscale.protocol.codec import encode_response, readdress_response
 from kafscale.protocol.produce_codec import EncodedResponse
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    all_topics_frames: dict[int, tuple[tuple[Any, ...], bytes]] = {}  # version -> (view it shows, frame)
+# Per broker: version -> (the view it shows, the frame). Weak, so a stopped broker's frames go with it.
+_all_topics_frames: weakref.WeakKeyDictionary[Broker, dict[int, tuple[tuple[Any, ...], bytes]]] = (
+    weakref.WeakKeyDictionary())
 
-    async def resolve(name: str, auto_create: bool) -> tuple[ErrorCode, TopicInfo | None]:
-        info = await shard.topics.get(name)
+
+async def resolve(broker: Broker, name: str, auto_create: bool) -> tuple[ErrorCode, TopicInfo | None]:
+    info = await broker.topics.get(name)
+    if info is not None:
+        return ErrorCode.none, info
+    if topic_name_problem(name):
+        return ErrorCode.invalid_topic_exception, None
+    if not (auto_create and broker.config.auto_create_topics):
+        return ErrorCode.unknown_topic_or_partition, None
+    with contextlib.suppress(TopicExistsError):
+        await broker.topics.create(name, broker.config.default_partitions, len(broker.placement.shards))
+    # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
+    return ErrorCode.none, await broker.topics.get(name)
+
+
+def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, str | None, TopicInfo | None]]) -> Any:
+    mod = response_module(ctx)
+    brokers = tuple(make(mod.MetadataResponseBroker, node_id=s.id, host=s.host, port=s.port, rack=None)
+                    for s in broker.placement.shards)
+    topics = []
+    for code, name, info in answers:
+        partitions = ()
         if info is not None:
-            return ErrorCode.none, info
-        if topic_name_problem(name):
-            return ErrorCode.invalid_topic_exception, None
-        if not (auto_create and shard.config.auto_create_topics):
-            return ErrorCode.unknown_topic_or_partition, None
-        with contextlib.suppress(TopicExistsError):
-            await shard.topics.create(name, shard.config.default_partitions, len(shard.shards))
-        # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
-        return ErrorCode.none, await shard.topics.get(name)
+            leaders = [broker.placement.leader_of(info, p) for p in range(info.partitions)]
+            partitions = tuple(make(
+                mod.MetadataResponsePartition,
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=leader,
+                leader_epoch=-1,
+                replica_nodes=(leader,),
+                isr_nodes=(leader,),
+                offline_replicas=(),
+            ) for p, leader in enumerate(leaders))
+        topics.append(make(
+            mod.MetadataResponseTopic, error_code=code, name=name,
+            topic_id=info.id if info else _ZERO_UUID, is_internal=False, partitions=partitions,
+        ))
+    return make(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
+                cluster_id=broker.cluster_id, controller_id=0, topics=tuple(topics))
 
-    def answer(ctx: RequestContext, answers: list[tuple[ErrorCode, str | None, TopicInfo | None]]) -> Any:
-        mod = response_module(ctx)
-        brokers = tuple(make(mod.MetadataResponseBroker, node_id=s.id, host=s.host, port=s.port, rack=None)
-                        for s in shard.shards)
-        topics = []
-        for code, name, info in answers:
-            partitions = ()
-            if info is not None:
-                leaders = [shard.leader_of(info, p) for p in range(info.partitions)]
-                partitions = tuple(make(
-                    mod.MetadataResponsePartition,
-                    error_code=ErrorCode.none,
-                    partition_index=p,
-                    leader_id=leader,
-                    leader_epoch=-1,
-                    replica_nodes=(leader,),
-                    isr_nodes=(leader,),
-                    offline_replicas=(),
-                ) for p, leader in enumerate(leaders))
-            topics.append(make(
-                mod.MetadataResponseTopic, error_code=code, name=name,
-                topic_id=info.id if info else _ZERO_UUID, is_internal=False, partitions=partitions,
-            ))
-        return make(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
-                    cluster_id=shard.cluster_id, controller_id=0, topics=tuple(topics))
 
-    def answer_all_topics(ctx: RequestContext) -> EncodedResponse:
-        v = ctx.api_version
-        view = (shard.topics.generation, tuple(shard.shards), shard.cluster_id)
-        cached = all_topics_frames.get(v)
-        if cached is not None and cached[0] == view:
-            return EncodedResponse(API_KEY, v, readdress_response(cached[1], ctx.correlation_id))
-        infos = sorted(shard.topics.topics.values(), key=lambda i: i.name)
-        frame = encode_response(ctx.correlation_id, answer(ctx, [(ErrorCode.none, i.name, i) for i in infos]))
-        all_topics_frames[v] = (view, bytes(frame))
-        return EncodedResponse(API_KEY, v, frame)
+def answer_all_topics(broker: Broker, ctx: RequestContext) -> EncodedResponse:
+    v = ctx.api_version
+    view = (broker.topics.generation, tuple(broker.placement.shards), broker.cluster_id)
+    frames = _all_topics_frames.setdefault(broker, {})
+    cached = frames.get(v)
+    if cached is not None and cached[0] == view:
+        return EncodedResponse(API_KEY, v, readdress_response(cached[1], ctx.correlation_id))
+    infos = sorted(broker.topics.topics.values(), key=lambda i: i.name)
+    frame = encode_response(ctx.correlation_id, answer(broker, ctx, [(ErrorCode.none, i.name, i) for i in infos]))
+    frames[v] = (view, bytes(frame))
+    return EncodedResponse(API_KEY, v, frame)
 
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        if req.topics is None or (ctx.api_version == 0 and not req.topics):
-            return answer_all_topics(ctx)
-        auto = bool(getattr(req, "allow_auto_topic_creation", True))
-        answers: list[tuple[ErrorCode, str | None, TopicInfo | None]] = []
-        for t in req.topics:
-            name = t.name
-            if name is None and getattr(t, "topic_id", None) is not None:
-                info = shard.topics.by_id.get(t.topic_id)
-                answers.append((ErrorCode.none, info.name, info) if info
-                               else (ErrorCode.unknown_topic_id, None, None))
-                continue
-            code, info = await resolve(name, auto)
-            answers.append((code, name, info))
-        return answer(ctx, answers)
 
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if req.topics is None or (ctx.api_version == 0 and not req.topics):
+        return answer_all_topics(broker, ctx)
+    auto = bool(getattr(req, "allow_auto_topic_creation", True))
+    answers: list[tuple[ErrorCode, str | None, TopicInfo | None]] = []
+    for t in req.topics:
+        name = t.name
+        if name is None and getattr(t, "topic_id", None) is not None:
+            info = broker.topics.by_id.get(t.topic_id)
+            answers.append((ErrorCode.none, info.name, info) if info
+                           else (ErrorCode.unknown_topic_id, None, None))
+            continue
+        code, info = await resolve(broker, name, auto)
+        answers.append((code, name, info))
+    return answer(broker, ctx, answers)

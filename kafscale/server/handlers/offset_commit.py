@@ -1,45 +1,40 @@
 """OffsetCommit v2-v8: group members (checked against member id and generation) and standalone commits
 (generation -1, into a group that has no members). Acknowledged only once durable in the metadata store:
-every partition of the request in one fenced transaction (group_coordinator.py)."""
+every partition of the request in one fenced transaction (kafscale/groups/coordinator.py)."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.groups.offsets import MAX_METADATA_BYTES, OffsetEntry
 from kafscale.server.handlers.common import NO_THROTTLE, make, ms, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 8, 2, 8
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        errors = await _commit(req, shard)
-        mod = response_module(ctx)
-        topics = tuple(
-            make(mod.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
-                make(mod.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                     error_code=errors[(t.name, p.partition_index)]) for p in t.partitions))
-            for t in req.topics)
-        return make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    errors = await _commit(req, broker)
+    mod = response_module(ctx)
+    topics = tuple(
+        make(mod.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
+            make(mod.OffsetCommitResponsePartition, partition_index=p.partition_index,
+                 error_code=errors[(t.name, p.partition_index)]) for p in t.partitions))
+        for t in req.topics)
+    return make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
 
 
-async def _commit(req: Any, shard: ShardCore) -> dict[tuple[str, int], ErrorCode]:
+async def _commit(req: Any, broker: Broker) -> dict[tuple[str, int], ErrorCode]:
     now_ms = int(time.time() * 1000)
     retention = ms(getattr(req, "retention_time", None), -1)  # v2-v4 only; -1: the broker's retention
     errors: dict[tuple[str, int], ErrorCode] = {}
     entries: list[tuple[str, int, OffsetEntry]] = []
     for t in req.topics:
-        info = await shard.topics.get(t.name)
+        info = await broker.topics.get(t.name)
         for p in t.partitions:
             metadata = p.committed_metadata or ""
             if info is None or not 0 <= p.partition_index < info.partitions:
@@ -54,7 +49,7 @@ async def _commit(req: Any, shard: ShardCore) -> dict[tuple[str, int], ErrorCode
     if not entries:
         return errors
     generation = req.generation_id_or_member_epoch
-    error, coordinator = await shard.groups.lookup(req.group_id, create=generation < 0)
+    error, coordinator = await broker.groups.lookup(req.group_id, create=generation < 0)
     if error == ErrorCode.none:
         if coordinator is None:  # a generation for a group that does not exist
             error = ErrorCode.illegal_generation

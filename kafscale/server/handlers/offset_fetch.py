@@ -4,15 +4,13 @@ topics are named (v2+), several groups in one request (v8)."""
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 9, 1, 8
 
@@ -20,32 +18,29 @@ API_KEY, MIN_VERSION, MAX_VERSION = 9, 1, 8
 Topics = list[tuple[str, list[tuple[int, int, int, str, ErrorCode]]]]
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        if ctx.api_version >= 8:
-            groups = []
-            for g in req.groups:
-                error, topics = await _fetch(shard, g.group_id, g.topics)
-                groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
-                                   topics=_topics(mod, topics, "OffsetFetchResponseTopics",
-                                                  "OffsetFetchResponsePartitions")))
-            return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
-        error, topics = await _fetch(shard, req.group_id, req.topics)
-        if ctx.api_version < 2 and error != ErrorCode.none:
-            # v1 has no group-level error: every requested partition carries it.
-            topics = [(t.name, [(p, -1, -1, "", error) for p in t.partition_indexes]) for t in req.topics]
-        return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
-                    topics=_topics(mod, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    if ctx.api_version >= 8:
+        groups = []
+        for g in req.groups:
+            error, topics = await _fetch(broker, g.group_id, g.topics)
+            groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
+                               topics=_topics(mod, topics, "OffsetFetchResponseTopics",
+                                              "OffsetFetchResponsePartitions")))
+        return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    error, topics = await _fetch(broker, req.group_id, req.topics)
+    if ctx.api_version < 2 and error != ErrorCode.none:
+        # v1 has no group-level error: every requested partition carries it.
+        topics = [(t.name, [(p, -1, -1, "", error) for p in t.partition_indexes]) for t in req.topics]
+    return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
+                topics=_topics(mod, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
 
 
-async def _fetch(shard: ShardCore, group_id: str, requested: Any) -> tuple[ErrorCode, Topics]:
-    error, coordinator = await shard.groups.lookup(group_id)
+async def _fetch(broker: Broker, group_id: str, requested: Any) -> tuple[ErrorCode, Topics]:
+    error, coordinator = await broker.groups.lookup(group_id)
     if error != ErrorCode.none:
         return error, []
-    offsets = await shard.groups.live_offsets(coordinator)
+    offsets = await broker.groups.live_offsets(coordinator)
     if requested is None:  # every partition the group has committed
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(offsets):

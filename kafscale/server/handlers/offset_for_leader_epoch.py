@@ -9,41 +9,37 @@ rarely ask; an undefined epoch (-1) gets Kafka's undefined answer (epoch -1, off
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 23, 0, 4
 UNDEFINED = -1
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def end_of(topic: str, partition: int, epoch: int) -> tuple[ErrorCode, int, int]:
-        latest = await shard.list_offset(topic, partition, -1)
-        if latest["error"]:
-            return ErrorCode(latest["error"]), UNDEFINED, UNDEFINED
-        if epoch < 0:
-            return ErrorCode.none, UNDEFINED, UNDEFINED
-        return ErrorCode.none, epoch, int(latest["offset"])
+async def end_of(broker: Broker, topic: str, partition: int, epoch: int) -> tuple[ErrorCode, int, int]:
+    latest = await broker.list_offset(topic, partition, -1)
+    if latest.error:
+        return ErrorCode(latest.error), UNDEFINED, UNDEFINED
+    if epoch < 0:
+        return ErrorCode.none, UNDEFINED, UNDEFINED
+    return ErrorCode.none, epoch, latest.offset
 
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        mod = response_module(ctx)
-        jobs = [(t.topic, int(p.partition), int(p.leader_epoch)) for t in req.topics for p in t.partitions]
-        answers = iter(await asyncio.gather(*(end_of(*job) for job in jobs)))
-        topics = []
-        for t in req.topics:
-            parts = []
-            for p in t.partitions:
-                code, epoch, offset = next(answers)
-                parts.append(make(mod.EpochEndOffset, error_code=code, partition=p.partition, leader_epoch=epoch,
-                                  end_offset=offset))
-            topics.append(make(mod.OffsetForLeaderTopicResult, topic=t.topic, partitions=tuple(parts)))
-        return make(mod.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    jobs = [(t.topic, int(p.partition), int(p.leader_epoch)) for t in req.topics for p in t.partitions]
+    answers = iter(await asyncio.gather(*(end_of(broker, *job) for job in jobs)))
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code, epoch, offset = next(answers)
+            parts.append(make(mod.EpochEndOffset, error_code=code, partition=p.partition, leader_epoch=epoch,
+                              end_offset=offset))
+        topics.append(make(mod.OffsetForLeaderTopicResult, topic=t.topic, partitions=tuple(parts)))
+    return make(mod.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -11,58 +11,56 @@ every partition in them is answered UNSUPPORTED_VERSION.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker, ProduceItem
+from kafscale.broker.results import ProduceResult
+from kafscale.protocol import produce_codec
 from kafscale.protocol.produce_codec import (
-    API_KEY,
     EncodedResponse,
     ProduceRequestData,
     encode_produce_response,
     read_produce_request,
 )
-from kafscale.server.router import RequestContext, Router
+from kafscale.server.router import RequestContext
 
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
-
-MIN_VERSION, MAX_VERSION = 0, 11
+API_KEY, MIN_VERSION, MAX_VERSION = produce_codec.API_KEY, 0, 11
 FIRST_SERVED_VERSION = 3  # v0-v2 carry legacy (magic 0/1) message sets
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    # Not a coroutine: the answer is a future the shard completes from its callbacks (no task per
-    # request, see kafscale.broker.produce_wait), and the request is read by produce_codec, not kio.
-    def handle(ctx: RequestContext, req: ProduceRequestData) -> asyncio.Future[EncodedResponse | None]:
-        acks = req.acks
-        jobs: list[tuple[str, int, bytearray]] = []
-        errors: dict[tuple[str, int], dict[str, Any]] = {}
-        for topic in req.topic_data:
-            for part in topic.partition_data:
-                key = (topic.name, part.index)
-                if ctx.api_version < FIRST_SERVED_VERSION:
-                    errors[key] = {"error": int(ErrorCode.unsupported_version)}
-                elif acks not in (-1, 0, 1):
-                    errors[key] = {"error": int(ErrorCode.invalid_required_acks)}
-                elif req.transactional_id is not None:
-                    errors[key] = {"error": int(ErrorCode.transactional_id_authorization_failed)}
-                elif part.records is None:
-                    errors[key] = {"error": int(ErrorCode.invalid_record), "message": "no records"}
-                else:
-                    jobs.append((topic.name, part.index, part.records))  # the reader's own copy
+# Not a coroutine: the answer is a future the shard completes from its callbacks (no task per
+# request, see kafscale.broker.produce_wait), and the request is read by produce_codec, not kio.
+def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyncio.Future[EncodedResponse | None]:
+    acks = req.acks
+    jobs: list[ProduceItem] = []
+    errors: dict[tuple[str, int], ProduceResult] = {}
+    for topic in req.topic_data:
+        for part in topic.partition_data:
+            key = (topic.name, part.index)
+            if ctx.api_version < FIRST_SERVED_VERSION:
+                errors[key] = ProduceResult(int(ErrorCode.unsupported_version))
+            elif acks not in (-1, 0, 1):
+                errors[key] = ProduceResult(int(ErrorCode.invalid_required_acks))
+            elif req.transactional_id is not None:
+                errors[key] = ProduceResult(int(ErrorCode.transactional_id_authorization_failed))
+            elif part.records is None:
+                errors[key] = ProduceResult(int(ErrorCode.invalid_record), message="no records")
+            else:
+                jobs.append((topic.name, part.index, part.records))  # the reader's own copy
 
-        def answer(results: list[dict[str, Any]]) -> EncodedResponse | None:
-            if acks == 0:
-                return None
-            answers = dict(errors)
-            for (t, p, _), result in zip(jobs, results, strict=True):
-                answers[(t, p)] = result
-            return encode_produce_response(ctx.api_version, ctx.correlation_id, [
-                (topic.name, [(part.index, answers[(topic.name, part.index)]) for part in topic.partition_data])
-                for topic in req.topic_data
-            ])
+    def answer(results: list[ProduceResult]) -> EncodedResponse | None:
+        if acks == 0:
+            return None
+        answers = dict(errors)
+        for (t, p, _), result in zip(jobs, results, strict=True):
+            answers[(t, p)] = result
+        return encode_produce_response(ctx.api_version, ctx.correlation_id, [
+            (topic.name, [(part.index, answers[(topic.name, part.index)]) for part in topic.partition_data])
+            for topic in req.topic_data
+        ])
 
-        return shard.start_produce(jobs, acks, req.timeout_ms, answer)
+    return broker.start_produce(jobs, acks, req.timeout_ms, answer)
 
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle, decode=read_produce_request)
+
+DECODE = read_produce_request  # the codec reads Produce requests itself, without kio

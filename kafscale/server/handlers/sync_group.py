@@ -6,34 +6,29 @@ cooperative-sticky are all client-side). v5 checks the protocol type and name ag
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.interface import Broker
 from kafscale.groups.state import SyncResult
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
-from kafscale.server.router import RequestContext, Router
-
-if TYPE_CHECKING:
-    from kafscale.broker.shard import ShardCore
+from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 14, 0, 5
 
 
-def register(router: Router, shard: ShardCore) -> None:
-    async def handle(ctx: RequestContext, req: Any) -> Any:
-        result = await _sync(req, shard)
-        return make(response_module(ctx).SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
-                    protocol_type=result.protocol_type, protocol_name=result.protocol_name,
-                    assignment=result.assignment)
-
-    router.register(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    result = await _sync(req, broker)
+    return make(response_module(ctx).SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+                protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+                assignment=result.assignment)
 
 
-async def _sync(req: Any, shard: ShardCore) -> SyncResult:
+async def _sync(req: Any, broker: Broker) -> SyncResult:
     if not req.group_id:
         return SyncResult(ErrorCode.invalid_group_id)
-    error, coordinator = await shard.groups.lookup(req.group_id)
+    error, coordinator = await broker.groups.lookup(req.group_id)
     if error != ErrorCode.none:
         return SyncResult(error)
     if coordinator is None:

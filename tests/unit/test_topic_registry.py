@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kafscale.cluster.topics import TopicInfo, TopicRegistry
+import pytest
+
+from kafscale.cluster.topics import TopicInfo, TopicRegistry, topic_name_problem
 from kafscale.storage.embedded_store import EmbeddedStore
+from kafscale.storage.keys import MAX_TOPIC_NAME, parse_segment_key, segment_key
 
 
 async def test_a_resync_after_a_watch_gap_drops_topics_deleted_meanwhile(tmp_path: Path) -> None:
@@ -39,3 +42,14 @@ async def test_a_resync_after_a_watch_gap_drops_topics_deleted_meanwhile(tmp_pat
         await here.stop()
         await there.stop()
         await meta.close()
+
+
+def test_one_topic_name_rule_for_requests_and_object_keys() -> None:
+    """What CreateTopics/Metadata accept is exactly what the object keys can hold (one copy of the rule)."""
+    for name in ["orders", "a.b_c-D9", "x" * MAX_TOPIC_NAME]:
+        assert topic_name_problem(name) is None
+        assert parse_segment_key(segment_key("ns", name, 0, 0)).topic == name
+    for name in ["", ".", "..", "x" * (MAX_TOPIC_NAME + 1), "a/b", "a b", "ä", "orders\n"]:
+        assert topic_name_problem(name)
+        with pytest.raises(ValueError, match="illegal topic name"):
+            segment_key("ns", name, 0, 0)

@@ -63,3 +63,17 @@ def test_settings_checked_where_used_are_accepted_when_sound() -> None:
     config = load(_args("--log-level", "debug", "--metrics-listen", "", "--shards", "2",
                         "--shard-ports", "9092,9093"), environ={})
     assert (config.log_level, config.metrics_listen, config.shard_port_list()) == ("debug", "", [9092, 9093])
+
+
+def test_partitions_per_shard_is_accepted_but_deprecated(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "kafscale.yaml"
+    path.write_text("partitions_per_shard: 4\n")
+    with caplog.at_level("WARNING", logger="kafscale.config"):
+        config = load(_args("--config", str(path)), environ={})
+    assert config.partitions_per_shard == 4  # an old config file still loads
+    assert "partitions_per_shard is deprecated and ignored" in caplog.text
+    assert "will be removed" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="kafscale.config"):
+        load(_args(), environ={})
+    assert "deprecated" not in caplog.text

@@ -13,7 +13,7 @@ import pytest
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Op, Put
-from tests.test_partition_owner import FlakyMeta
+from tests.unit.test_partition_owner import FlakyMeta
 
 
 @pytest.fixture

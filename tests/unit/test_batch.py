@@ -17,7 +17,9 @@ from kafscale.storage.batch import (
     BatchHeader,
     CorruptSegmentError,
     InvalidBatchError,
+    batch_size,
     check_crc,
+    count_records,
     read_header,
     set_base_offset,
     set_log_append_time,
@@ -264,3 +266,13 @@ def test_header_properties() -> None:
     assert header.compression == 3
     assert header.timestamp_type == 1
     assert header.is_transactional and header.is_control
+
+
+def test_batch_size_and_count_records_read_the_header_fields() -> None:
+    batches = [simple_batch(3), simple_batch(1, base_offset=3), simple_batch(5, codec=1, base_offset=4)]
+    data = b"".join(batches)
+    assert [batch_size(data, pos) for pos, _ in split_batches(data)] == [len(b) for b in batches]
+    assert batch_size(batches[0]) == len(batches[0])
+    assert count_records(data) == 9
+    assert count_records(data + bytes(HEADER_SIZE - 1)) == 9  # a tail shorter than a header is not a batch
+    assert count_records(b"") == 0

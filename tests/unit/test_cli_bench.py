@@ -30,7 +30,7 @@ def test_kafscale_bench_passes_every_argument_to_the_benchmarks() -> None:
 
 def test_kafscale_bench_outside_a_checkout_says_where_the_benchmarks_are(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.checkout() == Path(__file__).resolve().parent.parent  # this repository
+    assert bench.checkout() == Path(__file__).resolve().parents[2]  # this repository (tests/unit/ is two down)
     installed = tmp_path / "site-packages" / "kafscale"
     installed.mkdir(parents=True)
     monkeypatch.setattr(kafscale, "__file__", str(installed / "__init__.py"))  # as a wheel installs it

@@ -1,8 +1,9 @@
 """PartitionOwner driven directly: offsets, group commit, visibility, recovery, fencing, idempotence, faults.
 
 Owners run against real stores (EmbeddedStore + a local directory; real etcd + moto S3 where the point
-is the real components). Faults are injected by thin wrappers around those stores, because an outage
-at an exact moment cannot be produced otherwise deterministically.
+is the real components: those tests are in tests/integration/test_partition_owner_fencing.py). Faults are
+injected by thin wrappers around those stores, because an outage at an exact moment cannot be produced
+otherwise deterministically.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import asyncio
 import contextlib
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
@@ -29,14 +29,11 @@ from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import check_crc, split_batches
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.embedded_store import EmbeddedStore
-from kafscale.storage.etcd_store import EtcdStore
 from kafscale.storage.health import HealthState, HealthThresholds, HealthTracker
 from kafscale.storage.local_store import LocalDirStore
 from kafscale.storage.metadata_store import Compare, KeyValue, MetadataStore, MetadataStoreError, Op, TxnResult
 from kafscale.storage.object_store import ObjectInfo, ObjectStore, ObjectStoreError
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, SegmentReader, build_segment
-from kafscale.testing.etcd_server import EtcdServer
-from kafscale.testing.s3_servers import MotoS3Server
 
 TOPIC = "orders"
 NS = "default"
@@ -303,35 +300,6 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         yield e
     finally:
         await e.aclose()
-        await meta.close()
-
-
-@pytest.fixture(params=["embedded+local", "etcd+moto"])
-def real_servers(request: pytest.FixtureRequest) -> tuple[EtcdServer, MotoS3Server] | None:
-    """Session servers are fetched here, outside any event loop, and only for the backend in use."""
-    if request.param == "etcd+moto":
-        return request.getfixturevalue("etcd_server"), request.getfixturevalue("moto_server")
-    return None
-
-
-@pytest.fixture
-async def real_env(real_servers: tuple[EtcdServer, MotoS3Server] | None, tmp_path: Path) -> AsyncIterator[Env]:
-    """The same tests on the embedded stores and on a real etcd plus a real S3 API (moto)."""
-    if real_servers is None:
-        meta: MetadataStore = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
-        e = Env(meta, LocalDirStore(tmp_path / "objects"))
-    else:
-        etcd, moto = real_servers
-        meta = EtcdStore(etcd.endpoint, prefix=f"/test-{uuid.uuid4().hex[:12]}/")
-        bucket = moto.store()
-        e = Env(meta, bucket)
-    try:
-        yield e
-    finally:
-        await e.aclose()
-        if real_servers is not None:
-            await meta.delete("", prefix=True)
-            real_servers[1].delete_bucket(bucket.bucket)
         await meta.close()
 
 
@@ -631,55 +599,6 @@ async def test_owner_dying_before_its_commit_leaves_nothing_a_successor_serves(e
     assert await read_all(second) == [(0, b"fresh0")]
 
 
-# ---------------------------------------------------------------- fencing
-
-
-async def test_zombie_cannot_commit_over_or_overwrite_its_successor(real_env: Env) -> None:
-    a = await real_env.owner()
-    await durable(await a.append(batch(values(2, "a")), acks=-1))
-    b = await real_env.owner()  # takes the partition over: epoch bump
-    assert b.epoch == a.epoch + 1 and b.high_watermark == 2
-    b_first = await b.append(batch(values(1, "b")), acks=-1)
-    await durable(b_first)
-    assert b_first.base_offset == 2
-    b_object = real_env.store.get(segment_object_key(2))
-
-    zombie = await a.append(batch(values(3, "zombie")), acks=-1)  # A still believes next offset is 2
-    assert zombie.base_offset == 2 and zombie.durable is not None
-    with pytest.raises(PartitionError) as refused:
-        await asyncio.wait_for(asyncio.shield(zombie.durable), 10)
-    assert refused.value.code == ErrorCode.not_leader_or_follower
-    assert a.fenced and a.high_watermark == 2
-    assert real_env.store.get(segment_object_key(2)) == b_object  # conditional create kept B's object
-    # The zombie's upload went to the keys of its own epoch, which nobody reads: nothing was deleted.
-    assert real_env.store.get(object_keys.segment_key(NS, TOPIC, 0, 2, a.epoch))
-    assert (await a.append(batch(values(1, "late")), acks=-1)).error == ErrorCode.not_leader_or_follower
-
-    await durable(await b.append(batch(values(1, "b2")), acks=-1))
-    expected = list(enumerate(values(2, "a") + values(1, "b") + values(1, "b2")))
-    assert await read_all(b) == expected
-    assert await read_all(await real_env.owner()) == expected
-    assert (await stored_records(real_env)) == expected
-
-
-async def test_zombie_flushing_first_is_refused_and_its_upload_replaced(real_env: Env) -> None:
-    a = await real_env.owner()
-    b = await real_env.owner()
-    zombie = await a.append(batch(values(2, "zombie")), acks=-1)
-    assert zombie.durable is not None
-    with pytest.raises(PartitionError) as refused:
-        await asyncio.wait_for(asyncio.shield(zombie.durable), 10)
-    assert refused.value.code == ErrorCode.not_leader_or_follower
-    assert a.fenced and a.high_watermark == 0
-    assert b.high_watermark == 0
-
-    ours = await b.append(batch(values(1, "b")), acks=-1)  # at offset 0, where A's upload lies
-    await durable(ours)
-    assert ours.base_offset == 0
-    assert (await stored_records(real_env)) == [(0, b"b0")]
-    assert await read_all(await real_env.owner()) == [(0, b"b0")]
-
-
 # ---------------------------------------------------------------- idempotence
 
 
@@ -883,7 +802,7 @@ async def test_requests_arriving_while_owner_opens_keep_arrival_order(tmp_path: 
             await asyncio.sleep(0)
         second = asyncio.ensure_future(core.produce("fresh", 0, _one_record_batch(b"B"), 1, 1000))
         a, b = await asyncio.gather(first, second)
-        assert (a["base_offset"], b["base_offset"]) == (0, 1)
+        assert (a.base_offset, b.base_offset) == (0, 1)
 
 
 async def test_a_request_on_the_fast_path_does_not_overtake_a_queued_one(tmp_path: Path) -> None:
@@ -896,7 +815,7 @@ async def test_a_request_on_the_fast_path_does_not_overtake_a_queued_one(tmp_pat
         await asyncio.sleep(0)  # first's synchronous part ran; its queued append has not started
         core.topics.topics["fresh"] = info  # the event arrives: the partition is ready for the fast path
         second = await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"B")))], 1, 5000)
-        assert [r["base_offset"] for r in await first + second] == [1, 2]
+        assert [r.base_offset for r in await first + second] == [1, 2]
 
 
 async def test_a_queued_request_cancelled_before_it_ran_leaves_the_fast_path_open(tmp_path: Path) -> None:
@@ -931,8 +850,8 @@ async def test_produce_many_answers_every_partition_in_request_order(tmp_path: P
                  ("nope", 0, bytearray(_one_record_batch(b"x"))),
                  ("fresh", 0, bytearray(b"garbage"))]
         results = await core.produce_many(items, -1, 5000)
-        assert [(r["error"], r.get("base_offset")) for r in results] == [
-            (0, 0), (0, 1), (int(ErrorCode.unknown_topic_or_partition), None), (int(ErrorCode.corrupt_message), -1)]
+        assert [(r.error, r.base_offset) for r in results] == [
+            (0, 0), (0, 1), (int(ErrorCode.unknown_topic_or_partition), -1), (int(ErrorCode.corrupt_message), -1)]
         owner = core.owners[("fresh", 0)]
         assert owner.high_watermark == 2, "acks=all answered before the fast-path records were committed"
 
@@ -945,7 +864,7 @@ async def test_a_new_topics_partitions_open_before_their_first_produce(tmp_path:
     partitions added later) at once, so the first produce does not wait for the epoch and state reads."""
     import dataclasses
 
-    from kafscale.cluster.topics import place
+    from kafscale.cluster.placement import spread
 
     async with _shard_core(tmp_path) as core:
         await core.topics.create("early", 3, 1)
@@ -953,11 +872,11 @@ async def test_a_new_topics_partitions_open_before_their_first_produce(tmp_path:
         assert [core.owners[("early", p)].epoch for p in range(3)] == [1, 1, 1]
 
         await core.topics.modify("early", lambda i: dataclasses.replace(i, partitions=5,
-                                                                       placement=place("early", 5, 1)))
+                                                                       placement=spread("early", 5, 1)))
         await eventually(lambda: all(("early", p) in core.owners for p in range(5)), "added partitions opened")
 
         answer = await core.produce_many([("early", 4, bytearray(_one_record_batch(b"A")))], -1, 5000)
-        assert answer[0]["error"] == 0 and answer[0]["base_offset"] == 0
+        assert answer[0].error == 0 and answer[0].base_offset == 0
         assert core.owners[("early", 4)].epoch == 1  # the produce used the owner opened early
 
 
@@ -975,7 +894,7 @@ async def test_a_restarted_shard_opens_existing_partitions_only_when_used(tmp_pa
 
 
 async def test_a_topic_with_more_partitions_than_early_open_max_opens_them_on_use(tmp_path: Path) -> None:
-    from kafscale.broker.shard import EARLY_OPEN_MAX
+    from kafscale.broker.owners import EARLY_OPEN_MAX
 
     async with _shard_core(tmp_path) as core:
         await core.topics.create("huge", EARLY_OPEN_MAX + 1, 1)
@@ -984,7 +903,7 @@ async def test_a_topic_with_more_partitions_than_early_open_max_opens_them_on_us
 
 
 async def test_stopping_while_new_partitions_open_leaves_no_owner_behind(tmp_path: Path) -> None:
-    from kafscale.broker.shard import EARLY_OPEN_MAX
+    from kafscale.broker.owners import EARLY_OPEN_MAX
 
     async with _shard_core(tmp_path) as core:
         await core.topics.create("many", EARLY_OPEN_MAX, 1)
@@ -1003,7 +922,7 @@ async def _async_noop() -> None:
 async def test_a_burst_of_first_uses_opens_at_most_opens_at_once_partitions_together(tmp_path: Path) -> None:
     """A client touching many unopened partitions (or a restarted shard's clients) must not start an epoch
     transaction for each of them at the same moment: the opens queue, and every one completes."""
-    from kafscale.broker.shard import OPENS_AT_ONCE
+    from kafscale.broker.owners import OPENS_AT_ONCE
     from kafscale.cluster import keys
 
     async with _shard_core(tmp_path) as core:

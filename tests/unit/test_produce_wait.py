@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from kafscale.broker.partition_owner import PartitionError
 from kafscale.broker.produce_wait import DurableWait
+from kafscale.broker.results import ProduceResult
 from kafscale.protocol.errors import ErrorCode
 
 
-def _results(n: int) -> list[dict[str, Any]]:
-    return [{"error": 0, "base_offset": i} for i in range(n)]
+def _results(n: int) -> list[ProduceResult]:
+    return [ProduceResult(0, base_offset=i) for i in range(n)]
 
 
 async def test_answers_once_every_partition_is_durable_with_each_partitions_own_outcome() -> None:
@@ -27,7 +27,7 @@ async def test_answers_once_every_partition_is_durable_with_each_partitions_own_
     assert not wait.future.done()  # one partition is still waiting
     futures[1].set_result(None)
     answer = await asyncio.wait_for(wait.future, 1)
-    assert [r["error"] for r in answer] == [0, 0, int(ErrorCode.not_leader_or_follower)]
+    assert [r.error for r in answer] == [0, 0, int(ErrorCode.not_leader_or_follower)]
 
 
 async def test_a_failure_that_is_not_a_partition_error_is_unknown_server_error() -> None:
@@ -36,7 +36,7 @@ async def test_a_failure_that_is_not_a_partition_error_is_unknown_server_error()
     results = _results(1)
     wait = DurableWait(loop, {fut: results[0]}, loop.time() + 10, lambda: results)
     fut.set_exception(RuntimeError("bug"))
-    assert (await asyncio.wait_for(wait.future, 1))[0]["error"] == int(ErrorCode.unknown_server_error)
+    assert (await asyncio.wait_for(wait.future, 1))[0].error == int(ErrorCode.unknown_server_error)
 
 
 async def test_at_the_deadline_the_partitions_still_waiting_time_out_and_are_let_go() -> None:
@@ -46,7 +46,7 @@ async def test_at_the_deadline_the_partitions_still_waiting_time_out_and_are_let
     wait = DurableWait(loop, {slow: results[0], quick: results[1]}, loop.time() + 0.05, lambda: results)
     quick.set_result(None)
     answer = await asyncio.wait_for(wait.future, 1)
-    assert [r["error"] for r in answer] == [int(ErrorCode.request_timed_out), 0]
+    assert [r.error for r in answer] == [int(ErrorCode.request_timed_out), 0]
     assert not slow.cancelled()  # other requests may wait on the same segment
     assert slow.remove_done_callback(wait._one_done) == 0  # let go: nothing of the request stays attached
 
@@ -56,7 +56,7 @@ async def test_a_deadline_already_past_answers_on_the_next_loop_iteration() -> N
     fut = loop.create_future()
     results = _results(1)
     wait = DurableWait(loop, {fut: results[0]}, loop.time() - 1, lambda: results)
-    assert (await asyncio.wait_for(wait.future, 1))[0]["error"] == int(ErrorCode.request_timed_out)
+    assert (await asyncio.wait_for(wait.future, 1))[0].error == int(ErrorCode.request_timed_out)
 
 
 async def test_a_cancelled_wait_never_builds_its_answer() -> None:

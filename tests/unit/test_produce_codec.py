@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafscale.broker.results import ProduceResult
 from kafscale.protocol.codec import decode_response, encode_request, encode_response, request_class, response_class
 from kafscale.protocol.errors import ErrorCode, MalformedRequest
 from kafscale.protocol.guard import MAX_ELEMENTS
@@ -160,12 +161,12 @@ results = st.one_of(
         "error": st.just(0), "base_offset": st.integers(0, 2**62),
         "log_append_time": st.just(-1) | st.integers(0, 253_402_300_799).map(lambda s: s * 1000),  # to year 9999
         "log_start_offset": st.integers(-1, 2**62), "message": st.none(),
-    }),
+    }).map(lambda d: ProduceResult(**d)),
     st.fixed_dictionaries({
         "error": st.sampled_from([int(ErrorCode.request_timed_out), int(ErrorCode.not_leader_or_follower),
                                   int(ErrorCode.corrupt_message)]),
         "message": st.none() | names,
-    }),
+    }).map(lambda d: ProduceResult(**d)),
 )
 response_topics = st.lists(st.tuples(names, st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), results),
                                                       max_size=4)), max_size=4)
@@ -178,15 +179,15 @@ def _kio_response(version: int, correlation_id: int, topics: list[Any]) -> bytes
     for name, parts in topics:
         partitions = []
         for index, r in parts:
-            fields: dict[str, Any] = {"index": index, "error_code": ErrorCode(r["error"]),
-                                      "base_offset": r.get("base_offset", -1) if r["error"] == 0 else -1}
+            fields: dict[str, Any] = {"index": index, "error_code": ErrorCode(r.error),
+                                      "base_offset": r.base_offset if r.error == 0 else -1}
             if version >= 2:
-                fields["log_append_time"] = to_datetime(r.get("log_append_time", -1))
+                fields["log_append_time"] = to_datetime(r.log_append_time)
             if version >= 5:
-                fields["log_start_offset"] = r.get("log_start_offset", -1)
+                fields["log_start_offset"] = r.log_start_offset
             if version >= 8:
                 fields["record_errors"] = ()
-                fields["error_message"] = r.get("message") if r["error"] else None
+                fields["error_message"] = r.message if r.error else None
             partitions.append(make(mod.PartitionProduceResponse, **fields))
         built.append(make(mod.TopicProduceResponse, name=name, partition_responses=tuple(partitions)))
     top: dict[str, Any] = {"responses": tuple(built)}

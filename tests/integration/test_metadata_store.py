@@ -812,3 +812,16 @@ async def test_metadata_store_from_settings(tmp_path: Path) -> None:
     await etcd.close()
     with pytest.raises(ValueError):
         metadata_store_from_settings(data_dir=None, etcd_endpoints=None)
+
+
+async def test_metadata_store_from_settings_reaches_an_embedded_store_elsewhere(tmp_path: Path) -> None:
+    """A shard passes how to reach the one embedded store (the metadata actor); etcd still wins."""
+    hosted = EmbeddedStore(tmp_path / "metadata.db")
+    try:
+        assert metadata_store_from_settings(data_dir=None, etcd_endpoints=None, embedded=lambda: hosted) is hosted
+        etcd = metadata_store_from_settings(data_dir=None, etcd_endpoints="127.0.0.1:2379", prefix="/p/",
+                                            embedded=lambda: hosted)
+        assert isinstance(etcd, EtcdStore) and etcd.prefix == "/p/"
+        await etcd.close()
+    finally:
+        await hosted.close()

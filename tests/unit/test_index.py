@@ -69,6 +69,8 @@ def test_lookups_agree_with_a_linear_scan(
     for offset in [base - 1, *range(base, last + 1), last + 1]:
         below = [e.position for e in index.entries if e.offset <= offset]
         assert index.position_for(offset) == (below[-1] if below else index.entries[0].position)
+        assert index.entry_for(offset).position == index.position_for(offset)  # what the ranged read starts at
+        assert index.entry_for(offset).offset <= max(offset, index.entries[0].offset)
 
     stamps = sorted({h.max_timestamp for _, h in placed} | {-2, -1, 0, 10_001})
     for t in stamps + [s + 1 for s in stamps] + [s - 1 for s in stamps]:

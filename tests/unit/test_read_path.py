@@ -1,11 +1,11 @@
 """ReadPath through PartitionOwner: segment cache, read-ahead, ranged reads through the index, corruption,
 timestamp lookup, gaps. Data is written by one owner; a second owner with a cold cache (a new process)
-reads it back from the object store."""
+reads it back from the object store. Ranged reads and corruption on the local store and on moto S3 are in
+tests/integration/test_read_path_stores.py."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -13,13 +13,12 @@ import pytest
 
 from kafscale.broker.partition_owner import PartitionOwner
 from kafscale.cluster import keys
-from kafscale.storage.batch import InvalidBatchError, split_batches
+from kafscale.storage.batch import split_batches
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.local_store import LocalDirStore
 from kafscale.storage.segment import SEGMENT_HEADER_SIZE, CorruptSegmentError, build_segment
-from kafscale.testing.s3_servers import MotoS3Server
-from tests.test_partition_owner import (
+from tests.unit.test_partition_owner import (
     TOPIC,
     Env,
     FlakyObjects,
@@ -44,30 +43,6 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     finally:
         await e.aclose()
         await meta.close()
-
-
-@pytest.fixture(params=["local", "moto"])
-def s3_server(request: pytest.FixtureRequest) -> MotoS3Server | None:
-    """Fetched outside any event loop, and only when the S3 variant runs."""
-    return request.getfixturevalue("moto_server") if request.param == "moto" else None
-
-
-@pytest.fixture
-async def store_env(s3_server: MotoS3Server | None, tmp_path: Path) -> AsyncIterator[Env]:
-    """Ranged GETs and corruption on the local directory store and on a real S3 API (moto)."""
-    meta = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
-    if s3_server is None:
-        e = Env(meta, LocalDirStore(tmp_path / "objects"))
-    else:
-        bucket = s3_server.store()
-        e = Env(meta, bucket)
-    try:
-        yield e
-    finally:
-        await e.aclose()
-        await meta.close()
-        if s3_server is not None:
-            s3_server.delete_bucket(bucket.bucket)
 
 
 async def write_segments(env: Env, segments: Sequence[Sequence[bytes]], **settings: int) -> None:
@@ -142,31 +117,6 @@ async def test_read_ahead_fetches_the_next_segment(env: Env) -> None:
     assert segment_gets(counted) == [segment_object_key(0), segment_object_key(4), segment_object_key(8)]
 
 
-# ---------------------------------------------------------------- ranged reads
-
-
-async def test_large_segments_are_read_by_ranged_gets_through_the_index(store_env: Env) -> None:
-    small = [batch(values(3, f"b{i}-", 100)) for i in range(12)]  # about 400 bytes each
-    big_value = os.urandom(300_000)  # a batch larger than one ranged GET (256 KiB)
-    await write_segments(store_env, [small, [batch([big_value]), batch(values(2, "after"))]],
-                         index_interval_bytes=512)
-    owner, counted = await cold_reader(store_env, cache_bytes=SMALL_CACHE)
-    expected = [v for vs in (values(3, f"b{i}-", 100) for i in range(12)) for v in vs]
-    expected += [big_value, *values(2, "after")]
-
-    for offset in range(39):
-        for max_bytes in (1, 1000, 1 << 20):
-            data = await owner.reader.read(offset, max_bytes)
-            spans = batch_spans(data)
-            assert spans[0][0] <= offset <= spans[0][1], (offset, spans)  # starts at the batch holding offset
-            assert len(spans) == 1 or len(data) <= max_bytes  # at least one batch, else within max_bytes
-            assert [s[0] for s in spans[1:]] == [s[1] + 1 for s in spans[:-1]]  # whole, contiguous batches
-            assert all(expected[o] == v for o, v in records_of(data))
-    assert segment_gets(counted) == []  # never a whole-object GET
-    assert {key for op, key in counted.keys if op == "get_range"} == {segment_object_key(0), segment_object_key(36)}
-    assert [v for _, v in await read_all(owner, max_bytes=1)] == expected
-
-
 # ---------------------------------------------------------------- corruption
 
 
@@ -184,15 +134,6 @@ async def _corrupt(env: Env, where: str) -> int:
         data[at] ^= 0x01
     env.store.put(key, bytes(data))
     return 4
-
-
-@pytest.mark.parametrize("where", ["record-bytes", "base-offset", "truncated"])
-@pytest.mark.parametrize("cache_bytes", [64 << 20, SMALL_CACHE], ids=["whole", "ranged"])
-async def test_a_corrupted_segment_is_an_error_never_bad_data(store_env: Env, where: str, cache_bytes: int) -> None:
-    offset = await _corrupt(store_env, where)
-    owner, _ = await cold_reader(store_env, cache_bytes=cache_bytes)
-    with pytest.raises(InvalidBatchError):
-        await asyncio.wait_for(owner.reader.read(offset, 1 << 20), 10)
 
 
 async def test_an_object_replaced_after_its_commit_is_refused(env: Env) -> None:
@@ -236,4 +177,3 @@ async def test_reads_with_concurrent_callers_share_one_get(env: Env) -> None:
     results = await asyncio.gather(*(owner.reader.read(i % 4, 1 << 20) for i in range(8)))
     assert all(records_of(r) == list(enumerate(values(4))) for r in results)
     assert segment_gets(counted) == [segment_object_key(0)]
-

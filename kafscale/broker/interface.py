@@ -1,0 +1,66 @@
+"""The broker boundary: everything the Kafka front end (kafscale.server) may ask of a shard's core.
+
+Handlers take a `Broker` and nothing else; `ShardCore` is the real one, and tests use a small fake. A `Peer`
+is another shard as the core calls it when a partition or group lives there: the same calls with the same
+typed results, carried by Ray (kafscale.runtime.shard_actor) or made in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResult, PartitionLag, ProduceResult
+from kafscale.cluster.placement import Placement
+from kafscale.cluster.topics import TopicRegistry
+from kafscale.config import BrokerConfig
+from kafscale.groups.registry import GroupRegistry
+
+T = TypeVar("T")
+
+ProduceItem = tuple[str, int, bytearray]  # topic, partition, record batches (taken over by the owner)
+FetchItem = tuple[str, int, int, int]  # topic, partition, fetch offset, partition max bytes
+
+
+class Peer(Protocol):
+    """Partition and group calls that go to the shard that owns the partition or group."""
+
+    async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                      timeout_ms: int) -> ProduceResult: ...
+
+    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int,
+                    max_bytes: int) -> list[FetchResult]: ...
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetResult: ...
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult: ...
+
+    async def group_lag(self, group_id: str) -> list[PartitionLag]: ...
+
+
+Peers = Callable[[int], Peer]  # shard id -> that shard
+
+
+class Broker(Peer, Protocol):
+    """A shard's core as its request handlers see it."""
+
+    shard_id: int
+    config: BrokerConfig
+    cluster_id: str
+    placement: Placement  # who leads each partition and coordinates each group
+    topics: TopicRegistry  # the topics as the metadata store holds them (watched)
+    groups: GroupRegistry  # the group coordinators this shard hosts
+
+    def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
+                      then: Callable[[list[ProduceResult]], T]) -> asyncio.Future[T]:
+        """One Produce request's partitions: a future of then(results), results in request order."""
+        ...
+
+    async def delete_topic(self, name: str) -> bool:
+        """Remove the topic's metadata (clients stop seeing it), then its objects. False: no such topic."""
+        ...
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before."""
+        ...

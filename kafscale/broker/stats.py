@@ -1,0 +1,66 @@
+"""What the broker core tells operations, without knowing who listens.
+
+The core reports through a `BrokerMetrics` sink that the shard's composition hands it (kafscale.ops.metrics
+implements it with Prometheus; `NO_METRICS` reports nothing), and answers `ShardCore.stats()` with a
+`ShardStats` snapshot that operations read when they need figures (a scrape, a lag sample, a status call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class PartitionSink(Protocol):
+    def flushed(self, batch_bytes: int, records: int, segment_bytes: int, seconds: float) -> None: ...
+
+
+class BrokerMetrics(Protocol):
+    """Hooks on the data path: each must cost a lookup and a counter update, no more."""
+
+    def partition(self, topic: str) -> PartitionSink: ...
+
+    def fetched(self, topic: str, data: bytes) -> None: ...
+
+    def observe_s3(self, op: str, seconds: float, ok: bool) -> None: ...
+
+
+class _NoPartition:
+    def flushed(self, batch_bytes: int, records: int, segment_bytes: int, seconds: float) -> None:
+        pass
+
+
+class _NoMetrics:
+    _partition = _NoPartition()
+
+    def partition(self, topic: str) -> PartitionSink:
+        return self._partition
+
+    def fetched(self, topic: str, data: bytes) -> None:
+        pass
+
+    def observe_s3(self, op: str, seconds: float, ok: bool) -> None:
+        pass
+
+
+NO_METRICS: BrokerMetrics = _NoMetrics()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStats:
+    topic: str
+    partition: int
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShardStats:
+    shard_id: int
+    shards: int  # shards in the cluster
+    cache_hits: int
+    cache_misses: int
+    cache_bytes: int
+    s3_state: int  # kafscale.storage.health.HealthState: 0 healthy, 1 degraded, 2 unavailable
+    group_coordinators: int
+    partitions: tuple[PartitionStats, ...]  # the partition owners open here

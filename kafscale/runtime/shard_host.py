@@ -1,0 +1,84 @@
+"""One shard, composed: the broker core, the Kafka server in front of it, and operations around it.
+
+The core (kafscale.broker.shard) knows neither the listener nor the metrics: it is handed a metrics sink and
+a timed metadata store here, the server is built over it (kafscale.server.dispatch), and operations read its
+stats view. The Ray shard actor and the tests' in-process broker both run one of these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kafscale.broker.interface import Peers
+from kafscale.broker.shard import ShardCore
+from kafscale.cluster.placement import ShardAddress
+from kafscale.config import BrokerConfig
+from kafscale.ops.http import MetricsServer, ReadinessChecks, metrics_address
+from kafscale.ops.lag import LagSampler
+from kafscale.ops.metrics import ShardMetrics, TimedMetadataStore
+from kafscale.server.dispatch import build_router
+from kafscale.server.listener import Listener
+from kafscale.storage.metadata_store import MetadataStore
+from kafscale.storage.object_store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+class ShardHost:
+    def __init__(self, shard_id: int, config: BrokerConfig, *, meta: MetadataStore, objects: ObjectStore,
+                 shards: list[ShardAddress] | None = None, peers: Peers | None = None) -> None:
+        self.shard_id = shard_id
+        self.config = config
+        self.metrics = ShardMetrics()
+        self.meta = TimedMetadataStore(meta, self.metrics)
+        self.core = ShardCore(shard_id, config, meta=self.meta, objects=objects, shards=shards, peers=peers,
+                              metrics=self.metrics)
+        self.router = build_router(self.core)
+        self.router.observe = self.metrics.observe_request
+        host, port = config.listen_host_port()
+        mine = self.core.placement.address(shard_id)
+        self.listener = Listener(self.router, host, mine.port if mine else port,
+                                 max_frame_bytes=config.max_frame_bytes,
+                                 advertised_host=config.advertised_host or None,
+                                 max_in_flight=config.max_in_flight_requests,
+                                 max_in_flight_bytes=config.max_in_flight_bytes,
+                                 idle_timeout_s=config.connections_max_idle_ms / 1000)
+        self.lag_sampler = LagSampler(self.meta, self.core.stats)
+        self.metrics.watch(self.core.stats, lambda: self.listener.connections, self.lag_sampler.lags)
+        self.metrics_server: MetricsServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def advertised_host(self) -> str:
+        return self.config.advertised_host or self.listener.host
+
+    async def start(self) -> ShardAddress:
+        await self.core.start()
+        await self.listener.start()
+        if not self.core.placement.shards:
+            # Single-shard use (tests, one process): this shard is the whole cluster.
+            self.core.placement.shards = [ShardAddress(self.shard_id, self.advertised_host(), self.listener.port)]
+        log.info("shard %d listening on %s:%d", self.shard_id, self.listener.host, self.listener.port)
+        self._tasks.append(asyncio.get_running_loop().create_task(self.lag_sampler.run()))
+        address = metrics_address(self.config.metrics_listen, self.shard_id)
+        if address is not None:
+            self.metrics_server = MetricsServer(self.shard_id, self.metrics.registry, self._readiness_checks,
+                                                *address)
+            await self.metrics_server.start()
+        return ShardAddress(self.shard_id, self.advertised_host(), self.listener.port)
+
+    def _readiness_checks(self) -> ReadinessChecks:
+        return ReadinessChecks(listener=(self.listener.host, self.listener.port), metadata_store=self.meta,
+                               probe_object_store=self.core.probe_object_store, s3_state=self.core.objects.state)
+
+    async def stop(self) -> None:
+        """Stop accepting, flush every owner, release ownership."""
+        log.info("shard %d stopping: closing listener", self.shard_id)
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+        await self.core.quiesce()
+        await self.listener.stop()
+        await self.core.stop()

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -21,9 +20,10 @@ from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.fetch import long_poll
 from kafscale.broker.interface import FetchItem, Peer, Peers, ProduceItem
 from kafscale.broker.owners import OwnerTable
-from kafscale.broker.partition_owner import AppendOutcome, OwnerSettings, PartitionOwner
-from kafscale.broker.produce_wait import DurableWait, wait_durable
+from kafscale.broker.partition_owner import OwnerSettings, PartitionOwner
+from kafscale.broker.produce import ProducePath
 from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResult, PartitionLag, ProduceResult
+from kafscale.broker.routing import Local, Refused, Remote, Route
 from kafscale.broker.stats import NO_METRICS, BrokerMetrics, PartitionStats, ShardStats
 from kafscale.cluster import keys
 from kafscale.cluster.placement import Placement, ShardAddress
@@ -42,23 +42,6 @@ PROBE_INTERVAL_S = 0.5
 FIRST_PRODUCER_ID = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class Local:
-    owner: PartitionOwner
-
-
-@dataclass(frozen=True, slots=True)
-class Remote:
-    peer: Peer
-    shard: int
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    error: ErrorCode
-
-
-Route = Local | Remote | Refused
 
 
 class ShardCore:
@@ -96,8 +79,7 @@ class ShardCore:
                                     retention_check_interval_s=config.offsets_retention_check_interval_ms / 1000,
                                     topic=self.topics.get)
         self.topics.listeners += [self._topic_changed, self.groups.topic_changed]
-        self._append_locks: dict[tuple[str, int], asyncio.Lock] = {}
-        self._queued: dict[tuple[str, int], int] = {}  # produce() calls not yet past their append
+        self.producer = ProducePath(self._ready_owner, self.route)
         self._background: list[asyncio.Task[None]] = []
 
     @property
@@ -217,118 +199,25 @@ class ShardCore:
             log.warning("cannot open %s-%d: %s", topic, partition, e)
             return Refused(ErrorCode.not_leader_or_follower)
 
-    # ---------------------------------------------------------------- produce
+    # ---------------------------------------------------------------- produce (kafscale.broker.produce)
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
                       then: Callable[[list[ProduceResult]], T]) -> asyncio.Future[T]:
-        """One Produce request's partitions: a future of then(results), results in request order. Each
-        partition takes the fast path (try_produce) where it can and queues behind the partition's lock
-        otherwise. When every partition took the fast path (the steady state) no task runs: the future
-        completes from the owners' durability callbacks (acks=all) or at once."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout_ms, 1) / 1000
-        results: list[ProduceResult] = [_NOT_YET] * len(items)
-        durable: dict[asyncio.Future[None], ProduceResult] = {}
-        queued: dict[int, asyncio.Task[tuple[ProduceResult, asyncio.Future[None] | None]]] = {}
-        try:
-            for i, (topic, partition, records) in enumerate(items):
-                hit = self.try_produce(topic, partition, records, acks)
-                if hit is None:
-                    queued[i] = self._queue_append(topic, partition, records, acks, deadline)
-                    continue
-                results[i], fut = hit
-                if fut is not None and acks == -1 and results[i].error == 0:
-                    durable[fut] = results[i]
-        except BaseException:
-            for task in queued.values():
-                task.cancel()
-            raise
-        if queued:
-            return loop.create_task(self._produce_rest(queued, results, durable, acks, deadline, then))
-        if durable:
-            return DurableWait(loop, durable, deadline, lambda: then(results)).future
-        done: asyncio.Future[T] = loop.create_future()
-        done.set_result(then(results))
-        return done
+        return self.producer.start(items, acks, timeout_ms, then)
+
+    async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
+                      timeout_ms: int) -> ProduceResult:
+        return await self.producer.produce(topic, partition, records, acks, timeout_ms)
 
     async def produce_many(self, items: list[ProduceItem], acks: int, timeout_ms: int) -> list[ProduceResult]:
         return await self.start_produce(items, acks, timeout_ms, lambda results: results)
 
-    async def _produce_rest(self, queued: dict[int, asyncio.Task[tuple[ProduceResult, asyncio.Future[None] | None]]],
-                            results: list[ProduceResult], durable: dict[asyncio.Future[None], ProduceResult],
-                            acks: int, deadline: float, then: Callable[[list[ProduceResult]], T]) -> T:
-        appended = await asyncio.gather(*queued.values())
-        for i, (result, fut) in zip(queued, appended, strict=True):
-            results[i] = result
-            if fut is not None and acks == -1 and result.error == 0:
-                durable[fut] = result
-        await wait_durable(durable, deadline)
-        return then(results)
-
-    def try_produce(self, topic: str, partition: int, records: bytes | bytearray,
-                    acks: int) -> tuple[ProduceResult, asyncio.Future[None] | None] | None:
-        """The produce path without a wait, for a partition that is local and open, has buffer room
-        and has no earlier request still queued in produce(). None: nothing done, use produce()."""
-        key = (topic, partition)
-        if key in self._queued:
-            return None
+    def _ready_owner(self, topic: str, partition: int) -> PartitionOwner | None:
+        """The open owner of a partition this shard leads, without a wait; None if there is none yet."""
         info = self.topics.topics.get(topic)
         if info is None or not 0 <= partition < info.partitions or not self._leads(info, partition):
             return None
-        owner = self.owner_table.ready(key)
-        if owner is None:
-            return None
-        outcome = owner.try_append(records, acks=acks)
-        if outcome is None:
-            return None
-        return _produce_result(outcome), outcome.durable
-
-    async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
-                      timeout_ms: int) -> ProduceResult:
-        """One partition's records through the queue (also the call other shards forward)."""
-        # The request timeout bounds the whole request: queueing, opening the owner, back-pressure
-        # and the wait for durability, so that a sick store gets a retriable answer in time.
-        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 1) / 1000
-        result, durable = await self._queue_append(topic, partition, records, acks, deadline)
-        if durable is not None and acks == -1 and result.error == 0:
-            await wait_durable({durable: result}, deadline)
-        return result
-
-    def _queue_append(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
-                      deadline: float) -> asyncio.Task[tuple[ProduceResult, asyncio.Future[None] | None]]:
-        """Mark the partition queued now, so that no later request takes the fast path past this one, and
-        append behind its lock in a task. The mark goes when the task ends, however it ends: also when it
-        is cancelled before its first step (its connection went away)."""
-        key = (topic, partition)
-        self._queued[key] = self._queued.get(key, 0) + 1
-        task = asyncio.get_running_loop().create_task(self._append_in_order(topic, partition, records, acks,
-                                                                            deadline))
-        task.add_done_callback(lambda _: self._leave_queue(key))
-        return task
-
-    def _leave_queue(self, key: tuple[str, int]) -> None:
-        if self._queued[key] == 1:
-            del self._queued[key]
-        else:
-            self._queued[key] -= 1
-
-    async def _append_in_order(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
-                               deadline: float) -> tuple[ProduceResult, asyncio.Future[None] | None]:
-        # Offsets must follow arrival order. asyncio.Lock is FIFO, so holding it from arrival until
-        # the owner has assigned offsets keeps a request that came later (e.g. while the owner was
-        # still opening) from overtaking an earlier one; _queued keeps try_produce from doing so.
-        key = (topic, partition)
-        lock = self._append_locks.get(key)
-        if lock is None:
-            lock = self._append_locks[key] = asyncio.Lock()
-        async with lock:
-            where = await self.route(topic, partition, deadline)
-            if isinstance(where, Refused):
-                return ProduceResult(int(where.error)), None
-            if isinstance(where, Remote):  # the owning shard applies the acks rule and the timeout itself
-                return await where.peer.produce(topic, partition, records, acks, _ms_left(deadline)), None
-            outcome = await where.owner.append(records, acks=acks, deadline=deadline)
-            return _produce_result(outcome), outcome.durable
+        return self.owner_table.ready((topic, partition))
 
     # ---------------------------------------------------------------- fetch, offsets, records
 
@@ -436,13 +325,3 @@ class ShardCore:
         return out
 
 
-_NOT_YET = ProduceResult(int(ErrorCode.unknown_server_error))  # a slot start_produce fills before answering
-
-
-def _produce_result(outcome: AppendOutcome) -> ProduceResult:
-    return ProduceResult(int(outcome.error), outcome.base_offset, outcome.log_append_time, outcome.log_start_offset,
-                         outcome.message)
-
-
-def _ms_left(deadline: float) -> int:
-    return max(int((deadline - asyncio.get_running_loop().time()) * 1000), 1)

@@ -826,16 +826,17 @@ async def test_a_queued_request_cancelled_before_it_ran_leaves_the_fast_path_ope
         await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"warm")))], -1, 5000)
         info = core.topics.topics.pop("fresh")  # the partition is not ready: the request queues
         answer = core.start_produce([("fresh", 0, bytearray(_one_record_batch(b"A")))], 1, 5000, lambda r: r)
-        assert ("fresh", 0) in core._queued
+        assert ("fresh", 0) in core.producer._queued
         answer.cancel()  # before the request's task or its queued append ever ran
         core.topics.topics["fresh"] = info
-        await eventually(lambda: ("fresh", 0) not in core._queued, "queued mark undone")
-        assert core.try_produce("fresh", 0, bytearray(_one_record_batch(b"B")), 1) is not None
+        await eventually(lambda: ("fresh", 0) not in core.producer._queued, "queued mark undone")
+        assert core.producer.try_produce("fresh", 0, bytearray(_one_record_batch(b"B")), 1) is not None
         # The queued append itself cancelled before its first step: its own `finally` never runs.
-        append = core._queue_append("fresh", 0, bytearray(_one_record_batch(b"C")), 1,
+        append = core.producer._queue_append("fresh", 0, bytearray(_one_record_batch(b"C")), 1,
                                     asyncio.get_running_loop().time() + 5)
         append.cancel()
-        await eventually(lambda: append.done() and ("fresh", 0) not in core._queued, "cancelled append unmarked")
+        await eventually(lambda: append.done() and ("fresh", 0) not in core.producer._queued,
+                         "cancelled append unmarked")
         assert append.cancelled()
 
 

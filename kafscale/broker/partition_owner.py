@@ -1,15 +1,11 @@
 """The partition owner: single writer of one partition (offsets, buffer, flush, fencing).
 
-Write path: append() assigns offsets and buffers the batches; the flush loop turns everything
-buffered within one flush window into one segment (group commit), uploads segment and index with
-conditional creates, then commits the partition state in the metadata store with a compare on the
-owner key's revision (fencing), and only then advances the high watermark and answers acks=all.
-
-Flushes are pipelined: up to `uploads_in_flight` sealed segments upload at once while the ones before
-them commit, and commits stay strictly in offset order (every segment whose upload has finished, from
-the oldest on, goes into one metadata transaction). An upload whose commit never happens is an
-uncommitted leftover, which readers never see and a successor writes around. Reads of committed data go
-through `ReadPath`.
+Write path: append() checks the batches, applies the idempotent-producer rules, assigns offsets and buffers
+the batches in the open flush window. The flush (kafscale.broker.flush) turns each window into one segment,
+uploads it with conditional creates and commits the partition state with a compare on the owner key's
+revision (fencing); only then do the high watermark advance and acks=all producers get their answers.
+The owner holds all of the partition's state; the flush works on it. Reads of committed data go through
+`ReadPath`.
 """
 
 from __future__ import annotations
@@ -17,39 +13,35 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import itertools
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.commit_batcher import CommitBatcher
+from kafscale.broker.flush import FencedError, Pending, flush_loop
 from kafscale.broker.producer_state import BatchMeta, ProducerEntry, ProducerStates
 from kafscale.broker.read_path import ReadPath
-from kafscale.broker.segment_upload import upload_segment
 from kafscale.broker.stats import PartitionSink
 from kafscale.cluster import keys
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage.async_store import AsyncObjectStore
-from kafscale.storage.backoff import Backoff
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState
-from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, Put
+from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
 from kafscale.storage.recompress import recompress_batches
-from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, BuiltSegment, build_segment
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE
 
 log = logging.getLogger(__name__)
 
 _SEGMENT_OVERHEAD = SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE
 
 
-class FencedError(Exception):
-    """Another owner incarnation took the partition over; this one must stop writing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,29 +63,6 @@ class AppendOutcome:
     log_start_offset: int = -1
     message: str | None = None
     durable: asyncio.Future[None] | None = None  # resolves when the records are committed
-
-
-@dataclass(slots=True)
-class _Pending:
-    """Batches of one flush window, becoming one segment."""
-
-    chunks: list[bytearray] = field(default_factory=list)
-    nbytes: int = 0
-    first_offset: int = -1
-    last_offset: int = -1
-    started: float = 0.0
-    # Each producer's state as of this window's last batch: what its commit persists. A snapshot, not
-    # the live entry, which already holds later (uncommitted) batches by the time this one commits.
-    producers: dict[int, ProducerEntry] = field(default_factory=dict)
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
-    upload: asyncio.Task[_Uploaded] | None = None  # started once sealed, within the in-flight limit
-
-
-@dataclass(frozen=True, slots=True)
-class _Uploaded:
-    built: BuiltSegment
-    key_epoch: int
-    started: float  # monotonic time the upload began, for the flush-duration metric
 
 
 class PartitionOwner:
@@ -130,8 +99,8 @@ class PartitionOwner:
         self.reader = ReadPath(self, cache)
         self._owner_revision = 0
         self._producers = ProducerStates()
-        self._open = _Pending()
-        self._sealed: deque[_Pending] = deque()
+        self._open = Pending()
+        self._sealed: deque[Pending] = deque()
         self._sealed_bytes = 0  # sum of their nbytes: the buffer check runs on every append
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
@@ -180,7 +149,7 @@ class PartitionOwner:
         for kv in producers:
             pid = int(kv.key.rsplit("/", 1)[1])
             self._producers.entries[pid] = ProducerEntry.from_value(kv.value)
-        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        self._flusher = asyncio.get_running_loop().create_task(flush_loop(self))
         log.info("owner %s-%d open: epoch %d, offsets [%d, %d), %d segments", self.topic, self.partition,
                  self.epoch, self.log_start_offset, self.high_watermark, len(self.segments))
 
@@ -327,145 +296,7 @@ class PartitionOwner:
         if self._open.chunks:
             self._sealed.append(self._open)
             self._sealed_bytes += self._open.nbytes
-            self._open = _Pending()
-
-    async def _flush_loop(self) -> None:
-        """Seal the open window when its time is up, keep uploads going, commit finished ones in order.
-
-        The timer seals only while no earlier segment is still uploading: when the store is the
-        bottleneck the open segment keeps filling (up to segment.bytes) instead of queueing one small
-        object per interval, so the request count per MiB falls as the store slows down. Its records
-        lose nothing by the wait, as they could not commit before the earlier segment anyway.
-        """
-        interval = self.settings.flush_interval_ms / 1000.0
-        while not self.fenced:
-            self._wake.clear()
-            uploading = self._uploading()
-            if self._open.chunks and (self.closed or (not uploading
-                                                      and time.monotonic() - self._open.started >= interval)):
-                self._seal()
-            self._start_uploads()
-            if self._sealed and self._sealed[0].upload is not None and self._sealed[0].upload.done():
-                try:
-                    await self._commit_uploaded()
-                except FencedError as e:
-                    log.warning("%s-%d fenced: %s", self.topic, self.partition, e)
-                    self._stop_writing()
-                except Exception:  # a bug, not store trouble (both steps retry that): stop rather than hang
-                    log.exception("flush of %s-%d failed", self.topic, self.partition)
-                    self._stop_writing()
-                continue
-            if self.closed and not self._sealed and not self._open.chunks:
-                return
-            timeout = None  # an upload finishing wakes the loop
-            if self._open.chunks and not uploading:
-                timeout = max(0.0, self._open.started + interval - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-
-    def _uploading(self) -> bool:
-        return any(p.upload is None or not p.upload.done() for p in self._sealed)
-
-    def _start_uploads(self) -> None:
-        for pending in itertools.islice(self._sealed, self.settings.uploads_in_flight):
-            if pending.upload is None:
-                pending.upload = asyncio.get_running_loop().create_task(self._upload_pending(pending))
-                pending.upload.add_done_callback(lambda _: self._wake.set())
-
-    async def _upload_pending(self, pending: _Pending) -> _Uploaded:
-        """Build and upload one sealed segment; retries store errors until it lands or the owner stops."""
-        built = build_segment(pending.chunks, created_ms=int(time.time() * 1000),
-                              index_interval_bytes=self.settings.index_interval_bytes)
-        started = time.monotonic()
-        backoff = Backoff(0.05, 2.0)
-        while True:
-            try:
-                key_epoch = await upload_segment(self.objects, self.settings.namespace, self.topic, self.partition,
-                                                 self.epoch, built.info.base_offset, built.data, built.index)
-                return _Uploaded(built, key_epoch, started)
-            except Exception as e:  # store trouble: keep the data, retry with back-off
-                if self.fenced or (self.closed and backoff.at_cap):
-                    raise FencedError(f"giving up upload at {built.info.base_offset}: {e}") from e
-                log.warning("upload of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
-                            built.info.base_offset, e, backoff.delay)
-                await backoff.wait()
-
-    async def _commit_uploaded(self) -> None:
-        """Commit, in one transaction, every sealed segment from the oldest on whose upload has finished;
-        then publish them and answer their producers."""
-        ready: list[tuple[_Pending, _Uploaded]] = []
-        ops = 0
-        for pending in self._sealed:
-            if pending.upload is None or not pending.upload.done():
-                break
-            if ready and (pending.upload.cancelled() or pending.upload.exception() is not None):
-                break  # only the oldest segment's failure stops the owner
-            ops += 1 + len(pending.producers)
-            if ready and ops > MAX_TXN_OPS:  # later segments wait; one alone always goes
-                break
-            ready.append((pending, pending.upload.result()))  # an upload that gave up raises here
-        backoff = Backoff(0.05, 2.0)
-        while True:
-            try:
-                await self._commit(ready)
-                break
-            except FencedError:
-                raise
-            except Exception as e:  # store trouble: keep the data, retry with back-off
-                if self.closed and backoff.at_cap:
-                    raise FencedError(f"giving up flush on close: {e}") from e
-                log.warning("commit of %s-%d at %d failed (%s); retrying in %.2fs", self.topic, self.partition,
-                            ready[0][1].built.info.base_offset, e, backoff.delay)
-                await backoff.wait()
-        now = time.monotonic()
-        for pending, uploaded in ready:
-            self._sealed.popleft()
-            self._sealed_bytes -= pending.nbytes
-            meta = SegmentMeta.from_info(uploaded.built.info, uploaded.key_epoch)
-            self.segments.append(meta)
-            self.high_watermark = meta.last + 1
-            self.reader.cache_built(meta, uploaded.built)
-            if self.metrics is not None:
-                self.metrics.flushed(pending.nbytes, pending.last_offset - pending.first_offset + 1,
-                                     len(uploaded.built.data), now - uploaded.started)
-            for fut in pending.waiters:
-                if not fut.done():
-                    fut.set_result(None)
-        self._space.set()
-        self._notify_readers()
-
-    async def _commit(self, ready: list[tuple[_Pending, _Uploaded]]) -> None:
-        async with self._state_lock:  # log_start_offset must not move between reading and writing it
-            await self._commit_locked(ready)
-
-    async def _commit_locked(self, ready: list[tuple[_Pending, _Uploaded]]) -> None:
-        next_offset = ready[-1][1].built.info.last_offset + 1
-        state = {"next_offset": next_offset, "log_start_offset": self.log_start_offset, "epoch": self.epoch}
-        ops = [Put(keys.state(self.topic, self.partition), state)]
-        producers: dict[int, ProducerEntry] = {}
-        for pending, uploaded in ready:
-            info = uploaded.built.info
-            ops.append(Put(keys.segment(self.topic, self.partition, info.base_offset),
-                           SegmentMeta.from_info(info, uploaded.key_epoch).to_value()))
-            producers.update(pending.producers)  # later windows carry the later state
-        for pid, entry in producers.items():
-            ops.append(Put(keys.producer(self.topic, self.partition, pid), entry.to_value()))
-        guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self._owner_revision)]
-        try:
-            if self.committer is not None:
-                succeeded = await self.committer.commit(guard, ops)
-            else:
-                succeeded = (await self.meta.txn(guard, ops)).succeeded
-        except Exception:
-            # The commit may have been applied and only the reply lost: look before retrying. Only
-            # this incarnation writes its epoch, so this state can only come from this very commit.
-            current = await self.meta.get(keys.state(self.topic, self.partition))
-            if (current is not None and current.value.get("epoch") == self.epoch
-                    and current.value["next_offset"] == next_offset):
-                return
-            raise
-        if not succeeded:
-            raise FencedError(f"commit of {self.topic}-{self.partition} refused: epoch {self.epoch} is stale")
+            self._open = Pending()
 
     async def advance_log_start(self, offset: int) -> list[SegmentMeta]:
         """Move the log start offset up to `offset` (<= high watermark) durably, dropping the segments

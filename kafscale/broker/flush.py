@@ -1,0 +1,200 @@
+"""The flush: how one partition owner's buffered batches become committed segments.
+
+Everything buffered within one flush window becomes one segment (group commit). The loop seals the open
+window when its time is up (or the owner closes), uploads sealed segments with conditional creates, up to
+`uploads_in_flight` at once, and commits them strictly in offset order: every segment whose upload has
+finished, from the oldest on, goes into one metadata transaction guarded by the owner key's revision
+(fencing). Only then do the high watermark advance, acks=all producers get their answers and readers wake.
+An upload whose commit never happens is an uncommitted leftover, which readers never see and a successor
+writes around. These are functions over the owner's state: the owner (kafscale.broker.partition_owner) holds
+it all, and its append path fills the windows this drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kafscale.broker.producer_state import ProducerEntry
+from kafscale.broker.segment_upload import upload_segment
+from kafscale.cluster import keys
+from kafscale.cluster.records import SegmentMeta
+from kafscale.storage.backoff import Backoff
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Put
+from kafscale.storage.segment import BuiltSegment, build_segment
+
+if TYPE_CHECKING:
+    from kafscale.broker.partition_owner import PartitionOwner
+
+log = logging.getLogger("kafscale.broker.partition_owner")  # the owner's log: its flush is part of its story
+
+
+class FencedError(Exception):
+    """Another owner incarnation took the partition over; this one must stop writing."""
+
+
+@dataclass(slots=True)
+class Pending:
+    """Batches of one flush window, becoming one segment."""
+
+    chunks: list[bytearray] = field(default_factory=list)
+    nbytes: int = 0
+    first_offset: int = -1
+    last_offset: int = -1
+    started: float = 0.0
+    # Each producer's state as of this window's last batch: what its commit persists. A snapshot, not
+    # the live entry, which already holds later (uncommitted) batches by the time this one commits.
+    producers: dict[int, ProducerEntry] = field(default_factory=dict)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    upload: asyncio.Task[Uploaded] | None = None  # started once sealed, within the in-flight limit
+
+
+@dataclass(frozen=True, slots=True)
+class Uploaded:
+    built: BuiltSegment
+    key_epoch: int
+    started: float  # monotonic time the upload began, for the flush-duration metric
+
+
+async def flush_loop(owner: PartitionOwner) -> None:
+    """Seal the open window when its time is up, keep uploads going, commit finished ones in order.
+
+    The timer seals only while no earlier segment is still uploading: when the store is the
+    bottleneck the open segment keeps filling (up to segment.bytes) instead of queueing one small
+    object per interval, so the request count per MiB falls as the store slows down. Its records
+    lose nothing by the wait, as they could not commit before the earlier segment anyway.
+    """
+    interval = owner.settings.flush_interval_ms / 1000.0
+    while not owner.fenced:
+        owner._wake.clear()
+        uploading = _uploading(owner)
+        if owner._open.chunks and (owner.closed or (not uploading
+                                                  and time.monotonic() - owner._open.started >= interval)):
+            owner._seal()
+        _start_uploads(owner)
+        if owner._sealed and owner._sealed[0].upload is not None and owner._sealed[0].upload.done():
+            try:
+                await commit_uploaded(owner)
+            except FencedError as e:
+                log.warning("%s-%d fenced: %s", owner.topic, owner.partition, e)
+                owner._stop_writing()
+            except Exception:  # a bug, not store trouble (both steps retry that): stop rather than hang
+                log.exception("flush of %s-%d failed", owner.topic, owner.partition)
+                owner._stop_writing()
+            continue
+        if owner.closed and not owner._sealed and not owner._open.chunks:
+            return
+        timeout = None  # an upload finishing wakes the loop
+        if owner._open.chunks and not uploading:
+            timeout = max(0.0, owner._open.started + interval - time.monotonic())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(owner._wake.wait(), timeout=timeout)
+
+def _uploading(owner: PartitionOwner) -> bool:
+    return any(p.upload is None or not p.upload.done() for p in owner._sealed)
+
+def _start_uploads(owner: PartitionOwner) -> None:
+    for pending in itertools.islice(owner._sealed, owner.settings.uploads_in_flight):
+        if pending.upload is None:
+            pending.upload = asyncio.get_running_loop().create_task(_upload_pending(owner, pending))
+            pending.upload.add_done_callback(lambda _: owner._wake.set())
+
+async def _upload_pending(owner: PartitionOwner, pending: Pending) -> Uploaded:
+    """Build and upload one sealed segment; retries store errors until it lands or the owner stops."""
+    built = build_segment(pending.chunks, created_ms=int(time.time() * 1000),
+                          index_interval_bytes=owner.settings.index_interval_bytes)
+    started = time.monotonic()
+    backoff = Backoff(0.05, 2.0)
+    while True:
+        try:
+            key_epoch = await upload_segment(owner.objects, owner.settings.namespace, owner.topic, owner.partition,
+                                             owner.epoch, built.info.base_offset, built.data, built.index)
+            return Uploaded(built, key_epoch, started)
+        except Exception as e:  # store trouble: keep the data, retry with back-off
+            if owner.fenced or (owner.closed and backoff.at_cap):
+                raise FencedError(f"giving up upload at {built.info.base_offset}: {e}") from e
+            log.warning("upload of %s-%d at %d failed (%s); retrying in %.2fs", owner.topic, owner.partition,
+                        built.info.base_offset, e, backoff.delay)
+            await backoff.wait()
+
+async def commit_uploaded(owner: PartitionOwner) -> None:
+    """Commit, in one transaction, every sealed segment from the oldest on whose upload has finished;
+    then publish them and answer their producers."""
+    ready: list[tuple[Pending, Uploaded]] = []
+    ops = 0
+    for pending in owner._sealed:
+        if pending.upload is None or not pending.upload.done():
+            break
+        if ready and (pending.upload.cancelled() or pending.upload.exception() is not None):
+            break  # only the oldest segment's failure stops the owner
+        ops += 1 + len(pending.producers)
+        if ready and ops > MAX_TXN_OPS:  # later segments wait; one alone always goes
+            break
+        ready.append((pending, pending.upload.result()))  # an upload that gave up raises here
+    backoff = Backoff(0.05, 2.0)
+    while True:
+        try:
+            await _commit(owner, ready)
+            break
+        except FencedError:
+            raise
+        except Exception as e:  # store trouble: keep the data, retry with back-off
+            if owner.closed and backoff.at_cap:
+                raise FencedError(f"giving up flush on close: {e}") from e
+            log.warning("commit of %s-%d at %d failed (%s); retrying in %.2fs", owner.topic, owner.partition,
+                        ready[0][1].built.info.base_offset, e, backoff.delay)
+            await backoff.wait()
+    now = time.monotonic()
+    for pending, uploaded in ready:
+        owner._sealed.popleft()
+        owner._sealed_bytes -= pending.nbytes
+        meta = SegmentMeta.from_info(uploaded.built.info, uploaded.key_epoch)
+        owner.segments.append(meta)
+        owner.high_watermark = meta.last + 1
+        owner.reader.cache_built(meta, uploaded.built)
+        if owner.metrics is not None:
+            owner.metrics.flushed(pending.nbytes, pending.last_offset - pending.first_offset + 1,
+                                 len(uploaded.built.data), now - uploaded.started)
+        for fut in pending.waiters:
+            if not fut.done():
+                fut.set_result(None)
+    owner._space.set()
+    owner._notify_readers()
+
+async def _commit(owner: PartitionOwner, ready: list[tuple[Pending, Uploaded]]) -> None:
+    async with owner._state_lock:  # log_start_offset must not move between reading and writing it
+        await _commit_locked(owner, ready)
+
+async def _commit_locked(owner: PartitionOwner, ready: list[tuple[Pending, Uploaded]]) -> None:
+    next_offset = ready[-1][1].built.info.last_offset + 1
+    state = {"next_offset": next_offset, "log_start_offset": owner.log_start_offset, "epoch": owner.epoch}
+    ops = [Put(keys.state(owner.topic, owner.partition), state)]
+    producers: dict[int, ProducerEntry] = {}
+    for pending, uploaded in ready:
+        info = uploaded.built.info
+        ops.append(Put(keys.segment(owner.topic, owner.partition, info.base_offset),
+                       SegmentMeta.from_info(info, uploaded.key_epoch).to_value()))
+        producers.update(pending.producers)  # later windows carry the later state
+    for pid, entry in producers.items():
+        ops.append(Put(keys.producer(owner.topic, owner.partition, pid), entry.to_value()))
+    guard = [Compare(keys.owner(owner.topic, owner.partition), "mod_revision", "==", owner._owner_revision)]
+    try:
+        if owner.committer is not None:
+            succeeded = await owner.committer.commit(guard, ops)
+        else:
+            succeeded = (await owner.meta.txn(guard, ops)).succeeded
+    except Exception:
+        # The commit may have been applied and only the reply lost: look before retrying. Only
+        # this incarnation writes its epoch, so this state can only come from this very commit.
+        current = await owner.meta.get(keys.state(owner.topic, owner.partition))
+        if (current is not None and current.value.get("epoch") == owner.epoch
+                and current.value["next_offset"] == next_offset):
+            return
+        raise
+    if not succeeded:
+        raise FencedError(f"commit of {owner.topic}-{owner.partition} refused: epoch {owner.epoch} is stale")

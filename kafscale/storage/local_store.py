@@ -16,23 +16,21 @@ layout never needs that; attempting it raises ObjectStoreError.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from kafscale.storage.direct_io import O_DIRECT, DirectIORefused, DirectWriter
+from kafscale.storage.direct_io import DirectWriter
+from kafscale.storage.local_files import (
+    MKDIR_RACE_ATTEMPTS,
+    TEMP_PREFIX,
+    DurableFiles,
+    can_link_unnamed,
+    fsync_dir,
+    is_regular,
+    unlink_quietly,
+)
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
-
-# Temporary files carry this prefix; listings skip them and keys may not use it.
-TEMP_PREFIX = ".kfs-tmp-"
-
-# A writer's mkdir can race other processes' deletes that remove the emptied parents again.
-_MKDIR_RACE_ATTEMPTS = 20
-
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
 class LocalDirStore(ObjectStore):
@@ -41,8 +39,8 @@ class LocalDirStore(ObjectStore):
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
-        self._direct = DirectWriter()  # large objects skip the page cache (direct_io.py)
-        self._unnamed = _can_link_unnamed(self.root)
+        self._files = DurableFiles(DirectWriter())  # large objects skip the page cache (direct_io.py)
+        self._unnamed = can_link_unnamed(self.root)
 
     def __repr__(self) -> str:
         return f"LocalDirStore({str(self.root)!r})"
@@ -70,57 +68,16 @@ class LocalDirStore(ObjectStore):
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def _write_temp(self, path: Path, data: bytes) -> Path:
-        """Durably write data to a fresh temporary file next to path and return its name."""
-        races = 0
-        while True:
-            tmp = path.parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
-            direct = self._direct.wants(len(data))
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(tmp, _CREATE_FLAGS | (O_DIRECT if direct else 0), 0o644)
-            except (FileNotFoundError, FileExistsError):
-                # A concurrent delete pruned a parent directory during our mkdir (which then reports
-                # "exists" for a directory that is gone) or between mkdir and open. FileExistsError
-                # also means a file is in the way; that persists and is raised after the retries.
-                races += 1
-                if races == _MKDIR_RACE_ATTEMPTS:
-                    raise
-                continue
-            except OSError as exc:
-                if direct and self._direct.refused(exc):
-                    continue  # this filesystem has no O_DIRECT: buffered from now on
-                raise
-            try:
-                self._fill(fd, data, direct)
-            except BaseException as exc:
-                os.close(fd)
-                _unlink_quietly(tmp)
-                if isinstance(exc, DirectIORefused):
-                    continue  # refused at its first write: buffered from now on
-                raise
-            os.close(fd)
-            return tmp
-
-    def _fill(self, fd: int, data: bytes, direct: bool) -> None:
-        if direct:
-            self._direct.write(fd, data)
-        else:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         try:
-            tmp = self._write_temp(path, data)
+            tmp = self._files.temp_file(path, data)
             try:
                 os.replace(tmp, path)
             except BaseException:
-                _unlink_quietly(tmp)
+                unlink_quietly(tmp)
                 raise
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         except OSError as exc:
             raise self._fail("put", key, exc) from exc
 
@@ -141,7 +98,7 @@ class LocalDirStore(ObjectStore):
         for directory, group in groups.items():
             key = group[0][1]
             try:
-                for attempt in range(1, _MKDIR_RACE_ATTEMPTS + 1):
+                for attempt in range(1, MKDIR_RACE_ATTEMPTS + 1):
                     try:
                         self._put_group(directory, group, placed)
                         break
@@ -151,7 +108,7 @@ class LocalDirStore(ObjectStore):
                         # directory that is gone: make it again. Objects linked before that stay placed
                         # (the retry skips them as present). A file in the way of the directory
                         # persists and is raised after the retries.
-                        if attempt == _MKDIR_RACE_ATTEMPTS:
+                        if attempt == MKDIR_RACE_ATTEMPTS:
                             raise
             except OSError as exc:
                 raise self._fail("put_if_absent", key, exc) from exc
@@ -166,8 +123,8 @@ class LocalDirStore(ObjectStore):
         staged: list[tuple[int, Path, int | Path]] = []
         try:
             for i, path, data in todo:
-                staged.append((i, path, self._write_unnamed(dir_fd, data) if self._unnamed
-                               else self._write_temp(path, data)))
+                staged.append((i, path, self._files.unnamed_file(dir_fd, data) if self._unnamed
+                               else self._files.temp_file(path, data)))
             linked = False
             for i, path, file in staged:
                 try:
@@ -191,35 +148,15 @@ class LocalDirStore(ObjectStore):
                 if isinstance(file, int):
                     os.close(file)
                 else:
-                    _unlink_quietly(file)
+                    unlink_quietly(file)
             os.close(dir_fd)
-
-    def _write_unnamed(self, dir_fd: int, data: bytes) -> int:
-        """data in a new unnamed file of the directory, fsynced; returns its open descriptor."""
-        while True:
-            direct = self._direct.wants(len(data))
-            flags = os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC | (O_DIRECT if direct else 0)
-            try:
-                fd = os.open(".", flags, 0o644, dir_fd=dir_fd)
-            except OSError as exc:
-                if direct and self._direct.refused(exc):
-                    continue
-                raise
-            try:
-                self._fill(fd, data, direct)
-            except BaseException as exc:
-                os.close(fd)
-                if isinstance(exc, DirectIORefused):
-                    continue  # refused at its first write: buffered from now on
-                raise
-            return fd
 
     def _exists(self, key: str, path: Path) -> bool:
         try:
             st = path.lstat()
         except (FileNotFoundError, NotADirectoryError):
             return False
-        if not _is_regular(st.st_mode):
+        if not is_regular(st.st_mode):
             raise ObjectStoreError(f"local key {key!r} under {self.root} is a directory of other keys")
         return True
 
@@ -256,7 +193,7 @@ class LocalDirStore(ObjectStore):
             return None
         except OSError as exc:
             raise self._fail("head", key, exc) from exc
-        if not _is_regular(st.st_mode):
+        if not is_regular(st.st_mode):
             return None
         return ObjectInfo(key, st.st_size)
 
@@ -337,7 +274,7 @@ class LocalDirStore(ObjectStore):
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # deleted since the scan
-                if _is_regular(st.st_mode):
+                if is_regular(st.st_mode):
                     out.append(ObjectInfo(key, st.st_size))
 
     # -- deletes ----------------------------------------------------------------------------------
@@ -364,48 +301,3 @@ class LocalDirStore(ObjectStore):
             except OSError:
                 return  # not empty, already gone, or busy: stop pruning
             directory = directory.parent
-
-
-def _can_link_unnamed(directory: Path) -> bool:
-    """Whether new objects can start as unnamed files here: O_TMPFILE (Linux, most local filesystems) and
-    /proc to link them by. A creation under a temporary name costs the directory two more updates."""
-    if not hasattr(os, "O_TMPFILE"):
-        return False
-    probe = f"{TEMP_PREFIX}probe-{uuid.uuid4().hex}"
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-        try:  # a link() through /proc must follow the link: only linkat does, hence the dir_fd
-            os.link(f"/proc/self/fd/{fd}", probe, dst_dir_fd=dir_fd)
-        finally:
-            os.close(fd)
-        os.unlink(probe, dir_fd=dir_fd)
-    except OSError:
-        return False
-    finally:
-        os.close(dir_fd)
-    return True
-
-
-def _is_regular(mode: int) -> bool:
-    return stat.S_ISREG(mode)
-
-
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename or link in directory durable across a power loss."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return  # another process already deleted the new object and pruned its directory
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,9 +1,8 @@
 """ObjectStore on S3 (or any S3-compatible server) through boto3.
 
-One boto3 client is created in the constructor and shared by every thread: botocore clients are
-thread-safe once built, while building them is not. Clients are built under a lock from one
-process-wide session, whose parsed service model and resolved default credentials are cached:
-about 0.05 s per client instead of 0.3 s with a new session each time (Spark tasks build many).
+One boto3 client is created in the constructor and shared by every thread (kafscale.storage.s3_client says
+how clients are built); segment PUTs go through the lean putter of kafscale.storage.s3_put where the server
+takes it. What each S3 error means is kafscale.storage.s3_errors.
 
 Retries live here rather than in botocore, for two reasons: a GET's body is streamed after botocore
 has returned, so a connection dropped mid-body is only retried if the whole call is; and a
@@ -13,7 +12,6 @@ applied) can meet its own object and get 412, which only this layer can recognis
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import random
@@ -23,113 +21,35 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    ConnectionError,
-    FlexibleChecksumError,
-    HTTPClientError,
-    IncompleteReadError,
 )
-from crc32c import crc32c
 
 from kafscale.storage.backoff import exponential
 from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
+from kafscale.storage.s3_client import s3_client, session_credentials
+from kafscale.storage.s3_errors import (
+    LEAN_REFUSALS,
+    NOT_FOUND_CODES,
+    crc32c_header,
+    describe,
+    error_code,
+    http_status,
+    is_retryable,
+)
 from kafscale.storage.s3_put import Credentials, LeanPutter
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-_session_lock = threading.Lock()
-_session: boto3.session.Session | None = None
-
-# Errors after which the same request may succeed; botocore's own "standard" mode list plus S3's.
-_RETRYABLE_CODES = frozenset(
-    {
-        "InternalError",
-        "ServiceUnavailable",
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "RequestThrottled",
-        "RequestLimitExceeded",
-        "TooManyRequests",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "OperationAborted",
-        # 409 on a conditional write racing another write of the same key; AWS says retry.
-        "ConditionalRequestConflict",
-        # The body arrived damaged (its CRC32C header did not match): nothing was stored.
-        "BadDigest",
-    }
-)
-_TRANSPORT_ERRORS = (ConnectionError, HTTPClientError, IncompleteReadError, FlexibleChecksumError)
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _PROBE_PREFIX = "_kafscale-probe/crc32c-"  # the one PUT that tests whether the server checks CRC32C
 _DELETE_BATCH = 1000  # DeleteObjects accepts at most 1,000 keys per request
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
 _UNHANDLED: Any = object()  # returned by an on_error hook that leaves the error to _call
-# A lean PUT refused with one of these is a request the server does not take from LeanPutter (its
-# signing, or a header it does not support): PUTs then go through botocore for good.
-_LEAN_REFUSALS = frozenset({"SignatureDoesNotMatch", "AuthorizationHeaderMalformed", "InvalidRequest",
-                            "InvalidArgument", "NotImplemented", "AccessDenied", "MissingContentLength",
-                            "XAmzContentSHA256Mismatch", "400", "403", "501"})
-
-
-def s3_client(
-    *,
-    endpoint_url: str | None,
-    region: str,
-    access_key: str | None,
-    secret_key: str | None,
-    config: Config | None = None,
-) -> Any:
-    """A new boto3 S3 client; credentials left unset come from boto3's default chain."""
-    global _session
-    with _session_lock:
-        if _session is None:
-            # Not boto3's default session: other code may reconfigure that one at any time.
-            _session = boto3.session.Session()
-        return _session.client(
-            "s3",
-            endpoint_url=endpoint_url or None,
-            region_name=region,
-            aws_access_key_id=access_key or None,
-            aws_secret_access_key=secret_key or None,
-            config=config,
-        )
-
-
-def _crc32c_header(data: bytes) -> str:
-    """The x-amz-checksum-crc32c value of data: its CRC32C, big-endian, base64."""
-    return base64.b64encode(crc32c(data).to_bytes(4, "big")).decode("ascii")
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _http_status(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-
-
-def _is_retryable(exc: Exception) -> bool:
-    if isinstance(exc, _TRANSPORT_ERRORS):
-        return True
-    if isinstance(exc, ClientError):
-        return _error_code(exc) in _RETRYABLE_CODES or _http_status(exc) >= 500 or _http_status(exc) == 429
-    return False
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, ClientError):
-        err = exc.response.get("Error", {})
-        return f"{err.get('Code', '?')} (HTTP {_http_status(exc)}): {err.get('Message', '')}".rstrip(": ")
-    return f"{type(exc).__name__}: {exc}"
 
 
 class S3Store(ObjectStore):
@@ -219,20 +139,20 @@ class S3Store(ObjectStore):
                     result = on_error(exc, ambiguous)
                     if result is not _UNHANDLED:
                         return result
-                if _error_code(exc) == "NoSuchKey" and key is not None:
+                if error_code(exc) == "NoSuchKey" and key is not None:
                     raise ObjectNotFoundError(key) from exc
-                if not _is_retryable(exc) or attempt == self.max_attempts - 1:
+                if not is_retryable(exc) or attempt == self.max_attempts - 1:
                     raise self._failure(op, key, exc, attempt + 1) from exc
-                ambiguous = ambiguous or _http_status(exc) >= 500
+                ambiguous = ambiguous or http_status(exc) >= 500
             except BotoCoreError as exc:
-                if not _is_retryable(exc) or attempt == self.max_attempts - 1:
+                if not is_retryable(exc) or attempt == self.max_attempts - 1:
                     raise self._failure(op, key, exc, attempt + 1) from exc
                 ambiguous = True
             self._backoff(attempt)
         raise AssertionError("unreachable")
 
     def _failure(self, op: str, key: str | None, exc: Exception, attempts: int) -> ObjectStoreError:
-        return ObjectStoreError(f"S3 {op} {self._where(key)} failed after {attempts} attempt(s): {_describe(exc)}")
+        return ObjectStoreError(f"S3 {op} {self._where(key)} failed after {attempts} attempt(s): {describe(exc)}")
 
     def _create_bucket(self) -> None:
         kwargs: dict[str, Any] = {"Bucket": self.bucket}
@@ -240,7 +160,7 @@ class S3Store(ObjectStore):
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
 
         def already_there(exc: ClientError, _ambiguous: bool) -> Any:
-            return None if _error_code(exc) == "BucketAlreadyOwnedByYou" else _UNHANDLED
+            return None if error_code(exc) == "BucketAlreadyOwnedByYou" else _UNHANDLED
 
         self._call("create_bucket", None, lambda: self._client.create_bucket(**kwargs), on_error=already_there)
 
@@ -272,12 +192,12 @@ class S3Store(ObjectStore):
         """PUT a probe whose CRC32C header is wrong: refused means the server checks it. None when the
         probe itself failed (asked again on the next PUT, which is signed meanwhile)."""
         key = f"{_PROBE_PREFIX}{uuid.uuid4().hex}"
-        wrong = _crc32c_header(b"not the body")
+        wrong = crc32c_header(b"not the body")
         try:
             self._client.put_object(Bucket=self.bucket, Key=key, Body=b"kafscale checksum probe",
                                     ChecksumCRC32C=wrong)
         except ClientError as exc:
-            code = _error_code(exc)
+            code = error_code(exc)
             if "Digest" in code or "Checksum" in code:
                 return True
             return None
@@ -301,8 +221,7 @@ class S3Store(ObjectStore):
             def credentials() -> Credentials:
                 return fixed
         else:
-            assert _session is not None  # made by s3_client()
-            chain = _session.get_credentials()
+            chain = session_credentials()
             if chain is None:
                 return None
 
@@ -320,27 +239,27 @@ class S3Store(ObjectStore):
                 lean.put(key, data, checksum, if_none_match=if_none_match)
                 return
             except ClientError as exc:
-                if _error_code(exc) not in _LEAN_REFUSALS:
+                if error_code(exc) not in LEAN_REFUSALS:
                     raise
                 self._lean = None
                 log.warning("%s refused a lean PUT (%s): PUTs go through botocore from now on",
-                            self._where(key), _describe(exc))
+                            self._where(key), describe(exc))
         extra = {"IfNoneMatch": "*"} if if_none_match else {}
         client.put_object(Bucket=self.bucket, Key=key, Body=data, ChecksumCRC32C=checksum, **extra)
 
     def put(self, key: str, data: bytes) -> None:
-        checksum = _crc32c_header(data)
+        checksum = crc32c_header(data)
         self._call("put", key, lambda: self._put_object(key, data, checksum, if_none_match=False))
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        checksum = _crc32c_header(data)
+        checksum = crc32c_header(data)
 
         def attempt() -> bool:
             self._put_object(key, data, checksum, if_none_match=True)
             return True
 
         def on_error(exc: ClientError, ambiguous: bool) -> Any:
-            if _error_code(exc) != "PreconditionFailed" and _http_status(exc) != 412:
+            if error_code(exc) != "PreconditionFailed" and http_status(exc) != 412:
                 return _UNHANDLED
             # After an ambiguous failure the object we now collide with may be our own earlier
             # attempt; identical bytes mean the create took effect, which is all callers rely on.
@@ -384,7 +303,7 @@ class S3Store(ObjectStore):
 
         def on_error(exc: ClientError, _ambiguous: bool) -> Any:
             # 416: start is at or past the end (including any range of an empty object).
-            if _error_code(exc) == "InvalidRange" or _http_status(exc) == 416:
+            if error_code(exc) == "InvalidRange" or http_status(exc) == 416:
                 return b""
             return _UNHANDLED
 
@@ -397,7 +316,7 @@ class S3Store(ObjectStore):
 
         def on_error(exc: ClientError, _ambiguous: bool) -> Any:
             # HEAD responses have no body, so a missing key is only a bare 404.
-            return None if _error_code(exc) in _NOT_FOUND_CODES or _http_status(exc) == 404 else _UNHANDLED
+            return None if error_code(exc) in NOT_FOUND_CODES or http_status(exc) == 404 else _UNHANDLED
 
         return self._call("head", key, attempt, on_error=on_error)
 
@@ -430,7 +349,7 @@ class S3Store(ObjectStore):
     def delete(self, key: str) -> None:
         def on_error(exc: ClientError, _ambiguous: bool) -> Any:
             # S3 answers 204 for a missing key; some compatible servers say NoSuchKey instead.
-            return None if _error_code(exc) in _NOT_FOUND_CODES else _UNHANDLED
+            return None if error_code(exc) in NOT_FOUND_CODES else _UNHANDLED
 
         self._call("delete", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=key), on_error=on_error)
 
@@ -443,7 +362,7 @@ class S3Store(ObjectStore):
                 f"{chunk[0]} … ({len(chunk)} keys)",
                 lambda req=request: self._client.delete_objects(Bucket=self.bucket, Delete=req),
             )
-            errors = [e for e in resp.get("Errors", []) if e.get("Code") not in _NOT_FOUND_CODES]
+            errors = [e for e in resp.get("Errors", []) if e.get("Code") not in NOT_FOUND_CODES]
             if errors:
                 sample = ", ".join(f"{e.get('Key')}: {e.get('Code')} {e.get('Message', '')}" for e in errors[:5])
                 raise ObjectStoreError(f"S3 delete_many in {self._where(None)}: {len(errors)} key(s) failed: {sample}")

@@ -26,7 +26,8 @@ from typing import Any, Self
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from kafscale.storage.s3_store import S3Store, s3_client
+from kafscale.storage.s3_client import s3_client
+from kafscale.storage.s3_store import S3Store
 from kafscale.testing.ports import free_port
 
 _HOST = "127.0.0.1"

@@ -70,7 +70,7 @@ def test_large_objects_are_stored_byte_exact_and_skip_the_page_cache(tmp_path: P
         resident, pages = cached_pages(path)
         assert resident == 0, f"{resident} of {pages} pages went through the page cache"
         assert store.get(key) == expected
-    assert store._direct.enabled
+    assert store._files.direct.enabled
     assert [p for p in tmp_path.rglob("*") if p.name.startswith(TEMP_PREFIX)] == []
 
 
@@ -118,6 +118,6 @@ def test_a_filesystem_without_o_direct_gets_buffered_writes(
     assert store.put_if_absent("t/0/b.kfs", data)
     monkeypatch.undo()
     assert len(refusals) == 1, "refused once, then buffered for good"
-    assert not store._direct.enabled
+    assert not store._files.direct.enabled
     assert store.get("t/0/a.kfs") == data and store.get("t/0/b.kfs") == data
     assert [p for p in tmp_path.rglob("*") if p.name.startswith(TEMP_PREFIX)] == []

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kafscale.cluster import keys
 from kafscale.groups.offsets import OffsetEntry, TopicPartition, expired_offsets
 from kafscale.groups.state import Group, JoinResult, State, SyncResult
+from kafscale.groups.stored import group_value
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ class GroupCoordinator:
 
     async def _store_group(self, assignment: dict[str, bytes] | None) -> ErrorCode:
         try:
-            await self._write([Put(keys.group(self.group_id), self.group.to_value(assignment))])
+            await self._write([Put(keys.group(self.group_id), group_value(self.group, assignment))])
         except CoordinatorFenced:
             self._fenced()
             return ErrorCode.not_coordinator
@@ -163,7 +164,7 @@ class GroupCoordinator:
                 return error
             ops: list[Op] = [Put(keys.group_offset(self.group_id, t, p), e.to_value()) for t, p, e in entries]
             if not self._persisted:  # a standalone group becomes visible (ListGroups) with its first commit
-                ops.insert(0, Put(keys.group(self.group_id), self.group.to_value()))
+                ops.insert(0, Put(keys.group(self.group_id), group_value(self.group)))
             error = await self._write_offsets(ops)
             if error == ErrorCode.none:
                 self._persisted = True

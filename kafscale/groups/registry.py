@@ -26,6 +26,7 @@ from kafscale.config import BrokerConfig
 from kafscale.groups.coordinator import GroupCoordinator, parse_offsets
 from kafscale.groups.offsets import OffsetEntry, TopicPartition
 from kafscale.groups.state import Group, GroupSettings, State
+from kafscale.groups.stored import load_group
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, MetadataStoreError, Put
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class GroupRegistry:
             return None
         offsets = parse_offsets(group_id, await self.meta.range(keys.group_offsets(group_id)))
         now = time.time()
-        group = (Group.from_value(group_id, record.value, self.settings, now) if record is not None
+        group = (load_group(group_id, record.value, self.settings, now) if record is not None
                  else Group(group_id, self.settings, now))
         coordinator = GroupCoordinator(group, meta=self.meta, revision=revision, offsets=offsets,
                                        persisted=record is not None, on_dead=self._dropped)

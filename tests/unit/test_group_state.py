@@ -9,6 +9,7 @@ from typing import Any
 
 from kafscale.groups.offsets import OffsetEntry, expired_offsets
 from kafscale.groups.state import Group, GroupSettings, JoinResult, State, SyncResult
+from kafscale.groups.stored import group_value, load_group
 from kafscale.protocol.errors import ErrorCode
 
 SESSION, REBALANCE = 10_000, 20_000
@@ -282,15 +283,15 @@ def test_initial_rebalance_delay_collects_members() -> None:
 
 def test_stored_group_restores_as_stable_with_fresh_sessions() -> None:
     g, ids = stable_group(3)
-    value = g.to_value()
-    restored = Group.from_value("g", value, GroupSettings(), 100.0)
+    value = group_value(g)
+    restored = load_group("g", value, GroupSettings(), 100.0)
     assert restored.state is State.STABLE and restored.generation == g.generation
     assert restored.leader == g.leader and list(restored.members) == ids
     assert [m.assignment for m in restored.members.values()] == [b"a0", b"a1", b"a2"]
     assert restored.heartbeat(101, ids[0], None, g.generation) == ErrorCode.none
     assert min(m.heartbeat_deadline for m in restored.members.values()) >= 100 + SESSION / 1000
     g.leave(5.0, [(m, None) for m in ids])
-    empty = Group.from_value("g", g.to_value(), GroupSettings(), 100.0)
+    empty = load_group("g", group_value(g), GroupSettings(), 100.0)
     assert empty.state is State.EMPTY and empty.state_since == 5.0
 
 

@@ -95,14 +95,17 @@ async def flush_loop(owner: PartitionOwner) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(owner._wake.wait(), timeout=timeout)
 
+
 def _uploading(owner: PartitionOwner) -> bool:
     return any(p.upload is None or not p.upload.done() for p in owner._sealed)
+
 
 def _start_uploads(owner: PartitionOwner) -> None:
     for pending in itertools.islice(owner._sealed, owner.settings.uploads_in_flight):
         if pending.upload is None:
             pending.upload = asyncio.get_running_loop().create_task(_upload_pending(owner, pending))
             pending.upload.add_done_callback(lambda _: owner._wake.set())
+
 
 async def _upload_pending(owner: PartitionOwner, pending: Pending) -> Uploaded:
     """Build and upload one sealed segment; retries store errors until it lands or the owner stops."""
@@ -121,6 +124,7 @@ async def _upload_pending(owner: PartitionOwner, pending: Pending) -> Uploaded:
             log.warning("upload of %s-%d at %d failed (%s); retrying in %.2fs", owner.topic, owner.partition,
                         built.info.base_offset, e, backoff.delay)
             await backoff.wait()
+
 
 async def commit_uploaded(owner: PartitionOwner) -> None:
     """Commit, in one transaction, every sealed segment from the oldest on whose upload has finished;
@@ -166,9 +170,11 @@ async def commit_uploaded(owner: PartitionOwner) -> None:
     owner._space.set()
     owner._notify_readers()
 
+
 async def _commit(owner: PartitionOwner, ready: list[tuple[Pending, Uploaded]]) -> None:
     async with owner._state_lock:  # log_start_offset must not move between reading and writing it
         await _commit_locked(owner, ready)
+
 
 async def _commit_locked(owner: PartitionOwner, ready: list[tuple[Pending, Uploaded]]) -> None:
     next_offset = ready[-1][1].built.info.last_offset + 1

@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 _SEGMENT_OVERHEAD = SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class OwnerSettings:
     namespace: str = "default"

@@ -42,8 +42,6 @@ PROBE_INTERVAL_S = 0.5
 FIRST_PRODUCER_ID = 1000
 
 
-
-
 class ShardCore:
     def __init__(self, shard_id: int, config: BrokerConfig, *, meta: MetadataStore, objects: ObjectStore,
                  shards: list[ShardAddress] | None = None, peers: Peers | None = None,
@@ -323,5 +321,3 @@ class ShardCore:
             offset = committed[(topic, partition)]
             out.append(PartitionLag(topic, partition, offset, hwm, max(hwm - offset, 0) if hwm >= 0 else None))
         return out
-
-

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CONSUMER_PROTOCOL", "Group", "GroupSettings", "JoinResult", "Member", "State", "SyncResult"]
 
+
 class Group:
     def __init__(self, group_id: str, settings: GroupSettings, now: float) -> None:
         self.group_id = group_id

@@ -99,6 +99,7 @@ def get_meta(conn: sqlite3.Connection, name: str) -> int:
     row = conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
     return int(row[0]) if row else 0
 
+
 def set_meta(conn: sqlite3.Connection, name: str, value: int) -> None:
     conn.execute(
         "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",

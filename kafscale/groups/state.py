@@ -15,12 +15,11 @@ durable before any member receives it: the coordinator writes it, then calls `as
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import Counter
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.groups import joining
 from kafscale.groups.members import (
     CONSUMER_PROTOCOL,
     NEVER,
@@ -109,125 +108,12 @@ class Group:
     def join(self, now: float, *, ticket: int, member_id: str, instance_id: str | None, client_id: str,
              client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
              protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult | None:
-        """Kafka's handleJoinGroup: an answer now, or None when the answer comes through `replies`."""
-        s = self.settings
-        if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
-            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
-        if self.state is State.DEAD:
-            return JoinResult(ErrorCode.coordinator_not_available, member_id)
-        if not self.supports(protocol_type, {n for n, _ in protocols}):
-            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
-        spec = dict(instance_id=instance_id, client_id=client_id, client_host=client_host,
-                    session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
-                    protocol_type=protocol_type, protocols=protocols)
-        if member_id == "":
-            if s.max_size and len(self.members) + len(self.pending_members) >= s.max_size:
-                return JoinResult(ErrorCode.group_max_size_reached, member_id)
-            new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
-            if instance_id is not None:
-                result = self._static_join(now, ticket, new_id, spec)
-            elif require_known_member_id:
-                # KIP-394: the id is only remembered; the member counts once it joins again with it.
-                self.pending_members[new_id] = now + session_timeout_ms / 1000
-                return JoinResult(ErrorCode.member_id_required, new_id)
-            else:
-                self._add_member(now, ticket, new_id, spec)
-                result = None
-        elif member_id in self.pending_members:
-            del self.pending_members[member_id]
-            self._add_member(now, ticket, member_id, spec)
-            result = None
-        else:
-            result = self._current_member_join(now, ticket, member_id, spec)
-        if self.state is State.PREPARING:
-            self._try_complete_join(now)
-        return result
-
-    def _current_member_join(self, now: float, ticket: int, member_id: str, spec: dict[str, Any]) -> JoinResult | None:
-        instance_id = spec["instance_id"]
-        if self.is_fenced(instance_id, member_id):
-            return JoinResult(ErrorCode.fenced_instance_id, member_id)
-        if member_id not in self.members or (instance_id is not None and instance_id not in self.static_members):
-            return JoinResult(ErrorCode.unknown_member_id, member_id)
-        member = self.members[member_id]
-        same = member.protocols == spec["protocols"]
-        if self.state is State.PREPARING:
-            self._update_member(now, member, ticket, spec)
-            return None
-        if self.state is State.COMPLETING and same:
-            # It lost the answer of this generation's JoinGroup: give it again.
-            return self._join_result(member_id)
-        if self.state is State.STABLE and same and member_id != self.leader:
-            return self._join_result(member_id)
-        if self.state in (State.COMPLETING, State.STABLE):
-            # Changed metadata, or the leader re-joining (it does so to rebalance on topic changes).
-            self._update_member(now, member, ticket, spec)
-            self._prepare_rebalance(now, f"{'leader' if member_id == self.leader else 'member'} {member_id} "
-                                    f"re-joined{'' if same else ' with new metadata'}")
-            return None
-        return JoinResult(ErrorCode.unknown_member_id, member_id)
-
-    def _static_join(self, now: float, ticket: int, new_id: str, spec: dict[str, Any]) -> JoinResult | None:
-        """A known group.instance.id joining without a member id replaces the old member (which is fenced)
-        and, in a Stable group whose protocol would not change, gets the current assignment without a rebalance."""
-        instance_id = spec["instance_id"]
-        old_id = self.static_members.get(instance_id)
-        if old_id is None or old_id not in self.members:
-            self._add_member(now, ticket, new_id, spec)
-            return None
-        old_leader = self.leader
-        member = self.members.pop(old_id)
-        self._reply_join(member, JoinResult(ErrorCode.fenced_instance_id, old_id))
-        self._reply_sync(member, SyncResult(ErrorCode.fenced_instance_id))
-        member.member_id = new_id
-        self.members[new_id] = member
-        self.static_members[instance_id] = new_id
-        if self.leader == old_id:
-            self.leader = new_id
-        if old_id in self.pending_sync:
-            self.pending_sync.discard(old_id)
-            self.pending_sync.add(new_id)
-        member.heartbeat_deadline = now + member.session_timeout_ms / 1000
-        if self.state is State.STABLE:
-            previous = member.protocols
-            member.protocols = spec["protocols"]
-            if self.select_protocol() == self.protocol_name:
-                member.session_timeout_ms = spec["session_timeout_ms"]
-                member.rebalance_timeout_ms = spec["rebalance_timeout_ms"]
-                self.store_requested = True
-                # The old leader id is returned so that a replaced leader does not compute an assignment a
-                # Stable group would never hand out.
-                return JoinResult(ErrorCode.none, new_id, self.generation, self.protocol_type, self.protocol_name,
-                                  old_leader or "")
-            member.protocols = previous
-        self._update_member(now, member, ticket, spec)
-        if self.state is not State.PREPARING:
-            self._prepare_rebalance(now, f"static member {instance_id} re-joined")
-        return None
-
-    def _add_member(self, now: float, ticket: int, member_id: str, spec: dict[str, Any]) -> None:
-        member = Member(member_id=member_id, is_new=True, join_ticket=ticket, **spec)
-        if self.state is State.PREPARING and self.generation == 0:
-            self.new_member_added = True
-        if not self.members:
-            self.protocol_type = member.protocol_type
-        self.members[member_id] = member
-        if member.instance_id is not None:
-            self.static_members[member.instance_id] = member_id
-        if self.leader is None:
-            self.leader = member_id
-        member.heartbeat_deadline = now + self.settings.new_member_join_timeout_ms / 1000
-        if self.state in (State.EMPTY, State.STABLE, State.COMPLETING):
-            self._prepare_rebalance(now, f"member {member_id} joined")
-
-    def _update_member(self, now: float, member: Member, ticket: int, spec: dict[str, Any]) -> None:
-        member.protocols = spec["protocols"]
-        member.session_timeout_ms = spec["session_timeout_ms"]
-        member.rebalance_timeout_ms = spec["rebalance_timeout_ms"]
-        if member.join_ticket is not None and member.join_ticket != ticket:
-            # A second JoinGroup while the first still waits: the client gave up on the first.
-            self._reply_join(member, JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
-        member.join_ticket = ticket
+        """Kafka's handleJoinGroup (kafscale.groups.joining): an answer now, or None when the answer comes
+        through `replies`."""
+        return joining.join(self, now, ticket=ticket, member_id=member_id, instance_id=instance_id,
+                            client_id=client_id, client_host=client_host, session_timeout_ms=session_timeout_ms,
+                            rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type,
+                            protocols=protocols, require_known_member_id=require_known_member_id)
 
     def _join_result(self, member_id: str) -> JoinResult:
         members = []

@@ -113,9 +113,9 @@ def test_serve_produces_consumes_and_stops_cleanly(tmp_path: Path) -> None:
 
 
 def test_shards_run_on_uvloop_with_their_startup_heap_out_of_the_gc(tmp_path: Path) -> None:
-    """The process settings the broker's speed rests on (docs/performance.md, sessions 6 and 9): Ray runs
-    the shard's event loop on uvloop, the objects loaded at startup are frozen out of the cycle
-    collector, and the collector runs with the serving thresholds. Any one silently lost (a Ray upgrade,
+    """The process settings the broker's speed rests on (docs/performance.md, "Measured facts behind the
+    design"): Ray runs the shard's event loop on uvloop, the objects loaded at startup are frozen out of the
+    cycle collector, and the collector runs with the serving thresholds. Any one silently lost (a Ray upgrade,
     a missing wheel) costs 10-40 % of throughput."""
     with ServeProcess(tmp_path / "data", shards=1) as serve:
         match = re.search(r"shard 0 listening on \S+ \(.*, (\w+) event loop, GC skips (\d+) startup objects, "

@@ -87,7 +87,7 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
         shard = ShardHost(0, BrokerConfig(listen="127.0.0.1:0", flush_interval_ms=args.flush_interval_ms),
                           meta=EmbeddedStore(f"{work}/meta.db"), objects=LocalDirStore(f"{work}/objects"))
         port = (await shard.start()).port
-        await shard.core.topics.create("t", args.partitions, 1)
+        await shard.core.topics.create("t", args.partitions, [0])
         await asyncio.sleep(1)  # the partitions open at creation
         tune_gc_for_serving()
         sender = await asyncio.create_subprocess_exec(

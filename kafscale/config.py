@@ -26,15 +26,23 @@ DEPRECATED: dict[str, str] = {
 }
 
 
+# Other names a setting is known by (flags, environment, config files), for existing scripts.
+ALIASES: dict[str, str] = {"shards": "shards_per_node"}
+
+
 class ConfigError(ValueError):
     """A setting has a value the broker cannot use; the message names the setting."""
 
 
 @dataclass(slots=True)
 class BrokerConfig:
-    listen: str = field(default="127.0.0.1:9092", metadata={"help": "HOST:PORT of the first shard"})
-    advertised_host: str = field(default="", metadata={"help": "host clients are told to connect to"})
-    shard_ports: str = field(default="", metadata={"help": "comma-separated ports, one per shard"})
+    listen: str = field(default="127.0.0.1:9092", metadata={
+        "help": "HOST:PORT every node's shards bind: shard k on an address listens on PORT+k"})
+    advertised_host: str = field(default="", metadata={
+        "help": "host clients are told to connect to; may hold {node_ip} (default: the bind host, or the node's IP"
+                " when binding 0.0.0.0; a Ray node label kafscale-advertised-host wins)"})
+    shard_ports: str = field(default="", metadata={
+        "help": "comma-separated ports for shards 0, 1, ... on each address, instead of PORT+k"})
     data_dir: str = field(default="./data", metadata={"help": "embedded stores live here"})
     s3_endpoint: str = field(default="", metadata={"help": "S3 endpoint URL (empty: AWS)"})
     s3_bucket: str = field(default="", metadata={"help": "S3 bucket; empty = embedded object store"})
@@ -45,7 +53,16 @@ class BrokerConfig:
     s3_create_bucket: bool = field(default=True, metadata={"help": "create the bucket if missing"})
     etcd_endpoints: str = field(default="", metadata={"help": "comma-separated; empty = embedded"})
     etcd_prefix: str = field(default="/kafscale/", metadata={"help": "key prefix in etcd"})
-    shards: int = field(default=0, metadata={"help": "number of broker shards (0 = CPU count)"})
+    shards_per_node: int = field(default=0, metadata={
+        "help": "broker shards on every Ray node (0 = the node's CPU count, at least 1); --shards is an alias"})
+    shared_data_dir: bool = field(default=False, metadata={
+        "help": "--data-dir is one directory shared by every node (NFS...): allow the local object store on a"
+                " multi-node cluster"})
+    detach: bool = field(default=False, metadata={
+        "help": "return once the cluster serves; it runs on until `kafscale cluster stop`"})
+    dashboard: bool = field(default=True, metadata={"help": "start the Ray dashboard with a local Ray head"})
+    dashboard_port: int = field(default=8265, metadata={"help": "Ray dashboard port (on 127.0.0.1)"})
+    moves_in_flight: int = field(default=4, metadata={"help": "planned partition moves the controller runs at once"})
     partitions_per_shard: int = field(default=0, metadata={"help": "deprecated and ignored; will be removed"})
     flush_interval_ms: int = field(default=50, metadata={
         "help": "max time a record waits to flush while no earlier upload of its partition is running"})
@@ -90,24 +107,37 @@ class BrokerConfig:
             raise ConfigError(f"listen: expected HOST:PORT, got {self.listen!r}")
         return host, int(port)
 
-    def shard_count(self) -> int:
-        return self.shards if self.shards > 0 else (os.cpu_count() or 1)
+    def shards_on(self, node_cpus: float | None = None) -> int:
+        """Shards a node runs: the setting, else its CPU count (at least 1)."""
+        if self.shards_per_node > 0:
+            return self.shards_per_node
+        return max(int(node_cpus if node_cpus is not None else (os.cpu_count() or 1)), 1)
 
-    def shard_port_list(self) -> list[int]:
-        """Port of each shard: explicit list, else the following ports after --listen's."""
+    def shard_port(self, slot: int) -> int:
+        """The port of the slot-th shard on an address: shard_ports[slot], else PORT+slot (port 0: any)."""
         _, first = self.listen_host_port()
-        n = self.shard_count()
-        if self.shard_ports:
-            try:
-                ports = [int(p) for p in self.shard_ports.split(",") if p.strip()]
-            except ValueError:
-                raise ConfigError(f"shard_ports: expected comma-separated ports, got {self.shard_ports!r}") from None
-            if len(ports) != n:
-                raise ConfigError(f"shard_ports: {len(ports)} ports given for {n} shards")
-            return ports
-        if first == 0:
-            return [0] * n
-        return [first + i for i in range(n)]
+        ports = self._explicit_ports()
+        if ports:
+            if slot >= len(ports):
+                raise ConfigError(f"shard_ports: {len(ports)} ports given, shard {slot + 1} on one address needs more")
+            return ports[slot]
+        return first + slot if first else 0
+
+    def _explicit_ports(self) -> list[int]:
+        try:
+            return [int(p) for p in self.shard_ports.split(",") if p.strip()]
+        except ValueError:
+            raise ConfigError(f"shard_ports: expected comma-separated ports, got {self.shard_ports!r}") from None
+
+    def advertised_for(self, node_ip: str, label: str = "") -> str:
+        """What a shard on a node advertises: the node's label, else --advertised-host (a template), else
+        the bind host unless it is a wildcard, else the node's IP."""
+        if label:
+            return label
+        if self.advertised_host:
+            return self.advertised_host.replace("{node_ip}", node_ip)
+        host, _ = self.listen_host_port()
+        return node_ip if host in ("0.0.0.0", "::", "") else host
 
     def etcd_endpoint_list(self) -> list[str]:
         return [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]
@@ -118,11 +148,15 @@ class BrokerConfig:
                      "segment_uploads_in_flight", "max_in_flight_requests", "max_in_flight_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive, got {getattr(self, name)}")
-        if self.shards < 0:
-            raise ConfigError(f"shards: must be >= 0, got {self.shards}")
+        if self.shards_per_node < 0:
+            raise ConfigError(f"shards_per_node: must be >= 0, got {self.shards_per_node}")
+        if self.moves_in_flight <= 0:
+            raise ConfigError(f"moves_in_flight: must be positive, got {self.moves_in_flight}")
         if self.connections_max_idle_ms < 0:
             raise ConfigError(f"connections_max_idle_ms: must be >= 0 (0 = never), got {self.connections_max_idle_ms}")
-        self.shard_port_list()
+        ports = self._explicit_ports()
+        if ports and self.shards_per_node > len(ports):
+            raise ConfigError(f"shard_ports: {len(ports)} ports given for {self.shards_per_node} shards per node")
         if self.metrics_listen:
             _, _, port = self.metrics_listen.rpartition(":")
             if not port.isdigit():
@@ -172,6 +206,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=help_text)
         else:
             parser.add_argument(flag, dest=f.name, default=None, help=help_text)
+    for alias, name in ALIASES.items():
+        parser.add_argument("--" + alias.replace("_", "-"), dest=name, default=None, help=f"same as --{name}")
 
 
 def load(args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> BrokerConfig:
@@ -192,9 +228,14 @@ def load(args: argparse.Namespace | None = None, environ: dict[str, str] | None 
             raise ConfigError(f"config: {path} must hold a mapping of settings")
         for key, raw in loaded.items():
             name = str(key).replace("-", "_")
+            name = ALIASES.get(name, name)
             if name not in types:
                 raise ConfigError(f"config: unknown setting {key!r} in {path}")
             values[name] = _coerce(name, types[name], raw)
+    for alias, name in ALIASES.items():
+        env = "KAFSCALE_" + alias.upper()
+        if env in environ:
+            values[name] = _coerce(env, types[name], environ[env])
     for name, kind in types.items():
         env = "KAFSCALE_" + name.upper()
         if env in environ:

@@ -106,13 +106,38 @@ class OwnerTable:
             except Exception as e:  # the first produce opens it (and reports the error) instead
                 log.info("early open of %s-%d failed: %s", topic, partition, e)
 
-    def drop(self, topic: str, keep: Callable[[int], bool]) -> None:
-        """Stop the owners of a topic's partitions that no longer belong here (deleted, re-created, moved)."""
+    def drop(self, topic: str, keep: Callable[[int], bool], flush: bool = False) -> None:
+        """Stop the owners of a topic's partitions that no longer belong here: deleted or re-created (nothing
+        to keep), or moved (flush: commit what is buffered, unless the successor has fenced us already)."""
         for (name, partition), owner in list(self.owners.items()):
             if name == topic and not keep(partition):
-                self.owners.pop((name, partition), None)
-                owner.reader.forget()
-                asyncio.get_running_loop().create_task(owner.close(flush=False))
+                self._let_go(owner, flush)
+
+    def drop_all(self) -> None:
+        """Stop every owner (the shard's lease is lapsing): what is buffered is flushed if still allowed."""
+        for owner in list(self.owners.values()):
+            self._let_go(owner, flush=True)
+        for task in list(self.opening.values()):
+            task.cancel()
+
+    def _let_go(self, owner: PartitionOwner, flush: bool) -> None:
+        self.owners.pop((owner.topic, owner.partition), None)
+        owner.reader.forget()
+        asyncio.get_running_loop().create_task(owner.close(flush=flush))
+
+    async def release(self, topic: str, partition: int) -> PartitionOwner | None:
+        """A planned move: the owner stops taking appends, flushes, commits and stops. Returns it (None: it
+        was not open). An open in progress finishes first, so that nothing it accepts is left behind."""
+        task = self.opening.get((topic, partition))
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        owner = self.owners.pop((topic, partition), None)
+        if owner is None:
+            return None
+        await owner.close(flush=True)
+        owner.reader.forget()
+        return owner
 
     async def cancel_early_opens(self) -> None:
         self.closing = True

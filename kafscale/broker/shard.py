@@ -26,6 +26,7 @@ from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResu
 from kafscale.broker.routing import Local, Refused, Remote, Route
 from kafscale.broker.stats import NO_METRICS, BrokerMetrics, PartitionStats, ShardStats
 from kafscale.cluster import keys
+from kafscale.cluster.membership import BrokerRecord, Membership
 from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
 from kafscale.config import BrokerConfig
@@ -60,8 +61,13 @@ class ShardCore:
         self.objects = AsyncObjectStore(objects, health=HealthTracker(thresholds), observer=metrics.observe_s3)
         self.cache = ByteLRU(config.cache_bytes)
         self.cluster_id = ""
-        self.placement = Placement(shard_id, shards)
+        self.placement = Placement(shard_id, shards, lone=peers is None)
         self.peers = peers  # None: a lone shard that serves every partition and group itself
+        # In a cluster: this shard's lease and its view of the others (None: a lone shard)
+        self.membership = (None if peers is None else
+                           Membership(self.meta, self.placement, on_change=self._placement_changed,
+                                      on_lost=self._lost_lease))
+        self.released: dict[tuple[str, int], float] = {}  # handed off (planned move), until placement moves
         self.topics = TopicRegistry(self.meta)
         settings = OwnerSettings(
             namespace=config.s3_namespace, segment_bytes=config.segment_bytes,
@@ -92,6 +98,8 @@ class ShardCore:
 
     async def start(self) -> None:
         self.cluster_id = await self._cluster_id()
+        if self.membership is not None:
+            await self.membership.load()  # who is live, before anything is opened or answered
         await self.topics.start()
         await self.groups.start()
         loop = asyncio.get_running_loop()
@@ -114,6 +122,8 @@ class ShardCore:
         if not self.owner_table.closing:
             await self.quiesce()
         await self.owner_table.close()
+        if self.membership is not None:  # after the flush: a successor must not fence our last commits
+            await self.membership.stop()
         log.info("shard %d stopping: topic watch", self.shard_id)
         await self.topics.stop()
         self.objects.close()
@@ -152,12 +162,46 @@ class ShardCore:
                              for (t, p), o in list(self.owners.items())))
 
     def _topic_changed(self, name: str, old: TopicInfo | None, info: TopicInfo | None) -> None:
-        """A deleted (or re-created) topic: its owners here stop. A new topic (or new partitions): the
-        partitions placed here open now."""
-        self.owner_table.drop(name, lambda p: info is not None and p < info.partitions and self._leads(info, p))
-        if info is not None:
-            first = old.partitions if old is not None and old.id == info.id else 0
-            self.owner_table.open_early(name, [p for p in range(first, info.partitions) if self._leads(info, p)])
+        """A deleted (or re-created) topic: its owners here stop. A partition moved away: its owner flushes
+        what it holds (a successor's new epoch fences it if that is too late) and stops. New partitions, or
+        partitions moved here: they open now."""
+        same = old is not None and info is not None and old.id == info.id
+        self.owner_table.drop(name, lambda p: info is not None and p < info.partitions and self._leads(info, p),
+                              flush=same)
+        if info is None:
+            return
+        for p in [p for (t, p) in self.released if t == name]:
+            if not same or p >= info.partitions or info.placement[p] != self.shard_id:
+                self.released.pop((name, p), None)
+        self.owner_table.open_early(name, [p for p in range(info.partitions) if self._leads(info, p) and not (
+            same and old is not None and p < old.partitions and self._leads(old, p))])
+
+    def _placement_changed(self) -> None:
+        """The live shards or the group slot map changed (kafscale.cluster.membership)."""
+        self.groups.placement_changed()
+
+    async def _lost_lease(self) -> None:
+        """The lease may lapse any moment now, and a successor be named: stop serving everything."""
+        self.owner_table.drop_all()
+        await self.groups.release_all()
+
+    async def join(self, record: BrokerRecord) -> None:
+        """Register in the cluster (a lone shard has nothing to join); from now on it serves what it leads."""
+        if self.membership is not None:
+            await self.membership.start(record)
+            self._placement_changed()
+            for info in list(self.topics.topics.values()):
+                self.owner_table.open_early(info.name, [p for p in range(info.partitions) if self._leads(info, p)])
+
+    async def release(self, topic: str, partition: int) -> int:
+        """A planned move's first half: stop taking appends, flush and commit, let go. Returns the end offset
+        committed (-1: not led here). Requests get NOT_LEADER_OR_FOLLOWER until placement names the successor."""
+        info = self.topics.topics.get(topic)
+        if info is None or partition >= info.partitions or not self._leads(info, partition):
+            return -1
+        self.released[(topic, partition)] = asyncio.get_running_loop().time()
+        owner = await self.owner_table.release(topic, partition)
+        return owner.high_watermark if owner is not None else -1
 
     def _topic_configs(self, topic: str) -> dict[str, Any]:
         info = self.topics.topics.get(topic)
@@ -165,11 +209,16 @@ class ShardCore:
 
     # ---------------------------------------------------------------- placement and routing
 
+    def _serving(self) -> bool:
+        return self.membership is None or self.membership.serving
+
     def _leads(self, info: TopicInfo, partition: int) -> bool:
-        return self.peers is None or self.placement.leads(info, partition)
+        if self.released and (info.name, partition) in self.released:
+            return False
+        return self.placement.leads(info, partition) and self._serving()
 
     def _coordinates(self, group_id: str) -> bool:
-        return self.peers is None or self.placement.coordinates(group_id)
+        return self.placement.coordinates(group_id) and self._serving()
 
     async def owner(self, topic: str, partition: int) -> PartitionOwner:
         """The local owner, opened on first use."""
@@ -183,8 +232,9 @@ class ShardCore:
         if info is None or not 0 <= partition < info.partitions:
             return Refused(ErrorCode.unknown_topic_or_partition)
         if not self._leads(info, partition):
-            assert self.peers is not None
             leader = self.placement.leader_of(info, partition)
+            if self.peers is None or leader == self.shard_id or not self.placement.live(leader):
+                return Refused(ErrorCode.not_leader_or_follower)  # not serving, handed off, or its shard is gone
             return Remote(self.peers(leader), leader)
         try:
             if deadline is None:

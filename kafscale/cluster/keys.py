@@ -1,7 +1,13 @@
 """The metadata store's key schema (relative to the store's prefix, e.g. /kafscale/ in etcd).
 
 cluster                                     {cluster_id, created_ms}
-topics/{name}                               {id, partitions, configs, created_ms, placement: [shard, ...]}
+topics/{name}                               {id, partitions, configs, created_ms, placement: [shard, ...],
+                                             leader_epochs: [epoch, ...]}   partition p is led by placement[p]
+cluster/brokers/{id}                        {id, host, port, node_id, node_ip, pid, started_ms}   under the
+                                             shard's lease: present while the shard is alive and serving
+cluster/shards/{id}                         {id, node_id, node_ip, slot}   the shards the controller wants
+cluster/next_shard_id                       next free shard id (shard ids are broker ids: never reused)
+cluster/groups                              {slots: [shard, ...], epochs: [epoch, ...]}   group coordination
 partitions/{topic}/{p}/owner                {epoch, shard}                      fencing token
 partitions/{topic}/{p}/state                {next_offset, log_start_offset, epoch}
 partitions/{topic}/{p}/segments/{base:020d} {base, last, size, records, min_ts, max_ts, crc, created_ms,
@@ -23,6 +29,19 @@ CLUSTER = "cluster"
 PRODUCER_ID_NEXT = "producer_ids/next"
 TOPICS = "topics/"
 GROUPS = "groups/"
+CLUSTER_PREFIX = "cluster/"
+BROKERS = "cluster/brokers/"
+SHARDS = "cluster/shards/"
+NEXT_SHARD_ID = "cluster/next_shard_id"
+GROUP_SLOTS = "cluster/groups"
+
+
+def broker(shard_id: int) -> str:
+    return f"{BROKERS}{shard_id}"
+
+
+def shard(shard_id: int) -> str:
+    return f"{SHARDS}{shard_id}"
 
 
 def topic(name: str) -> str:

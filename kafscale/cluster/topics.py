@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,15 +28,24 @@ class TopicInfo:
     placement: list[int]
     configs: dict[str, Any] = field(default_factory=dict)
     created_ms: int = 0
+    leader_epochs: list[int] = field(default_factory=list)  # per partition; missing entries are 0
 
     def to_value(self) -> dict[str, Any]:
         return {"id": str(self.id), "partitions": self.partitions, "placement": self.placement,
-                "configs": self.configs, "created_ms": self.created_ms}
+                "configs": self.configs, "created_ms": self.created_ms, "leader_epochs": self.leader_epochs}
 
     @classmethod
     def from_value(cls, name: str, v: dict[str, Any]) -> TopicInfo:
         return cls(name, uuid.UUID(v["id"]), int(v["partitions"]), list(v["placement"]),
-                   dict(v.get("configs", {})), int(v.get("created_ms", 0)))
+                   dict(v.get("configs", {})), int(v.get("created_ms", 0)), list(v.get("leader_epochs", ())))
+
+    def moved(self, partition: int, shard: int) -> TopicInfo:
+        """This topic with a partition led by another shard, at the next leader epoch."""
+        epochs = [*self.leader_epochs, *[0] * (self.partitions - len(self.leader_epochs))]
+        epochs[partition] += 1
+        placement = list(self.placement)
+        placement[partition] = shard
+        return dataclasses.replace(self, placement=placement, leader_epochs=epochs)
 
 
 class TopicExistsError(Exception):
@@ -111,10 +122,12 @@ class TopicRegistry:
                 info = self.topics.get(name)
         return info
 
-    async def create(self, name: str, partitions: int, shards: int, configs: dict[str, Any] | None = None,
-                     validate_only: bool = False) -> TopicInfo:
-        info = TopicInfo(name, uuid.uuid4(), partitions, spread(name, partitions, shards), dict(configs or {}),
-                         int(time.time() * 1000))
+    async def create(self, name: str, partitions: int, shard_ids: Sequence[int],
+                     configs: dict[str, Any] | None = None, validate_only: bool = False) -> TopicInfo:
+        """A new topic, its partitions spread over shard_ids (the live shards: the controller balances
+        later, so creation never waits for it)."""
+        info = TopicInfo(name, uuid.uuid4(), partitions, spread(name, partitions, shard_ids), dict(configs or {}),
+                         int(time.time() * 1000), [0] * partitions)
         if validate_only:
             if await self.get(name) is not None:
                 raise TopicExistsError(name)

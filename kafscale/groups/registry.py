@@ -118,8 +118,8 @@ class GroupRegistry:
                  else Group(group_id, self.settings, now))
         coordinator = GroupCoordinator(group, meta=self.meta, revision=revision, offsets=offsets,
                                        persisted=record is not None, on_dead=self._dropped)
-        if self.closed:
-            raise MetadataStoreError("shard is stopping")
+        if self.closed or not self.owns(group_id):
+            raise MetadataStoreError("shard is stopping" if self.closed else f"group {group_id} moved away")
         self.groups[group_id] = coordinator
         coordinator.start()
         log.info("group %s loaded: %s, generation %d, %d members, %d offsets", group_id, group.state.value,
@@ -147,7 +147,7 @@ class GroupRegistry:
             records = await self.meta.range(keys.GROUPS)
             for kv in records:
                 group_id = unquote(kv.key[len(keys.GROUPS):])
-                if self.owns(group_id):
+                if self.owns(group_id) and group_id not in self.groups:
                     try:
                         await self.get(group_id)
                     except MetadataStoreError as e:
@@ -156,6 +156,29 @@ class GroupRegistry:
             log.warning("stored groups not loaded at start (each loads on first use): %s", e)
         finally:
             self._loaded.set()
+
+    def placement_changed(self) -> None:
+        """Groups that moved away close here (their members get NOT_COORDINATOR and find the new shard, which
+        takes the coordinator epoch, fencing anything this shard would still write). Stored groups that moved
+        here load, so their sessions expire even if their members never come back."""
+        if self.closed:
+            return
+        for group_id, coordinator in list(self.groups.items()):
+            if not self.owns(group_id):
+                del self.groups[group_id]
+                self._spawn(coordinator.close())
+        self._spawn(self._load_all())
+
+    async def release_all(self) -> None:
+        """Close every coordinator (this shard stops serving; it may load them again later)."""
+        coordinators = list(self.groups.values())
+        self.groups.clear()
+        await asyncio.gather(*(c.close() for c in coordinators), return_exceptions=True)
+
+    def _spawn(self, job: Awaitable[None]) -> None:
+        task = asyncio.get_running_loop().create_task(job)  # type: ignore[arg-type]
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
 
     async def all_groups(self) -> list[GroupCoordinator]:
         """Every live group this shard coordinates (waits for the start-up load, as ListGroups must)."""
@@ -179,9 +202,7 @@ class GroupRegistry:
     def topic_changed(self, name: str, old: TopicInfo | None, info: TopicInfo | None) -> None:
         """A TopicRegistry listener: a topic deleted (or replaced by a namesake) takes its offsets with it."""
         if info is None and not self.closed:
-            task = asyncio.get_running_loop().create_task(self.expire_offsets(int(time.time() * 1000), {name}))
-            self._tasks.append(task)
-            task.add_done_callback(self._tasks.remove)
+            self._spawn(self.expire_offsets(int(time.time() * 1000), {name}))
 
     async def live_offsets(self, coordinator: GroupCoordinator | None) -> dict[TopicPartition, OffsetEntry]:
         """The group's committed offsets of topics that exist now (not of a deleted topic, nor of its namesake)."""

@@ -1,8 +1,20 @@
-"""The controller actor: brings up the storage actor and the shards, and keeps them running.
+"""The controller: one loop that makes the cluster what it should be; the data path never waits on it.
 
-It reconciles desired state (N shards on fixed ports) with what runs; the data path never waits
-on it. Ray restarts a crashed shard process (max_restarts=-1); the controller's health loop then
-calls start() on it again, which recovers its partitions from the stores.
+Everything it decides is kept in the metadata store, so it can die and come back (it is a detached actor
+that Ray restarts; its loop starts itself) without the shards noticing:
+- `cluster/shards/{id}`: the shards wanted, `shards_per_node` on every alive Ray node (kafscale.cluster.assign
+  .plan_shards), each a detached actor pinned to its node;
+- each topic's placement and `cluster/groups`: who leads each partition and coordinates each group slot.
+
+Each round (every RECONCILE_S, and at once when a shard's lease lapses):
+1. nodes: alive nodes get their shards, shards of dead nodes are forgotten (and their actors ended);
+2. actors: every wanted shard has its actor, started (start() is idempotent; Ray restarts a crashed one);
+3. healing: partitions and group slots whose shard is gone move to the live shards with the least work, at a
+   new leader epoch. A shard is gone when its node is, or its lease lapsed after it was seen live; one that
+   never registered gets STARTUP_GRACE_S.
+
+Planned moves (move, rebalance, drain) hand off: the old shard flushes, commits and lets go, then placement
+names the new one, which opens at a higher epoch with the producer state its predecessor committed.
 """
 
 from __future__ import annotations
@@ -11,87 +23,388 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from kafscale.cluster import keys
+from kafscale.cluster import placement_store as store
+from kafscale.cluster.assign import Move, Node, balance, drain, heal, plan_shards
+from kafscale.cluster.placement import group_slot
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
-from kafscale.runtime.shard_actor import ShardActor, shard_actor_name
+from kafscale.runtime.shard_actor import ShardActor, open_metadata_store, shard_actor_name
+from kafscale.storage.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME = "kafscale-controller"
 METADATA_ACTOR_NAME = "kafscale-metadata"
-HEALTH_INTERVAL_S = 1.0
+RECONCILE_S = 1.0
+STARTUP_GRACE_S = 30.0
+RELEASE_TIMEOUT_S = 15.0
+ADVERTISED_HOST_LABEL = "kafscale-advertised-host"
+SHARDS_LABEL = "kafscale-shards"
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)
+@ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=1000)
 class Controller:
-    def __init__(self, config: dict[str, Any], ray_namespace: str) -> None:
+    def __init__(self, config: dict[str, Any], ray_namespace: str, env: dict[str, str] | None = None) -> None:
         self.config = BrokerConfig(**config)
         setup_logging(self.config.log_level, self.config.log_json)
         self.ray_namespace = ray_namespace
-        self.shards: list[Any] = []
-        self.addresses: list[tuple[int, str, int]] = []
-        self.metadata_actor: Any | None = None
-        self._monitor: asyncio.Task[None] | None = None
+        self.env = dict(env or {})  # travels to every actor: shards on other nodes do not see serve's environment
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.meta: MetadataStore | None = None
+        self.handles: dict[int, tuple[str, Any]] = {}  # shard id -> (node id, actor)
+        self.starting: dict[int, asyncio.Future[Any]] = {}
+        self.seen_live: set[int] = set()
+        self.missing_since: dict[int, float] = {}
+        self.live: set[int] = set()
+        self.rounds = 0
+        self.stopping = False
+        self.warned: set[str] = set()
+        self._wake = asyncio.Event()
+        self._moves = asyncio.Semaphore(self.config.moves_in_flight)
+        # Started here, not by a call: after Ray restarts this actor, nobody would call start() again.
+        self._loop = asyncio.get_event_loop().create_task(self._run())
 
-    async def start(self) -> list[tuple[int, str, int]]:
-        cfg = self.config
-        if not cfg.etcd_endpoint_list():
+    # ---------------------------------------------------------------- the loop
+
+    async def _run(self) -> None:
+        while self.meta is None and not self.stopping:
+            try:
+                self.meta = await self._open_store()
+            except Exception as e:
+                log.warning("controller: metadata store not reachable yet: %s", e)
+                await asyncio.sleep(RECONCILE_S)
+        assert self.meta is not None
+        watch = asyncio.get_running_loop().create_task(self._watch_leases(self.meta))
+        try:
+            while not self.stopping:
+                try:
+                    await self._reconcile(self.meta)
+                    self.rounds += 1
+                except Exception:
+                    log.exception("controller round failed; retrying")
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), RECONCILE_S)
+        finally:
+            watch.cancel()
+
+    async def _open_store(self) -> MetadataStore:
+        actor = None
+        if not self.config.etcd_endpoint_list():
             from kafscale.runtime.metadata_actor import MetadataStoreActor
 
-            self.metadata_actor = MetadataStoreActor.options(
-                name=METADATA_ACTOR_NAME, namespace=self.ray_namespace, num_cpus=0, max_concurrency=10_000,
-            ).remote(data_dir=cfg.data_dir, etcd_endpoints=None, prefix=cfg.etcd_prefix)
-            await self.metadata_actor.ready.remote()
-        host, _ = cfg.listen_host_port()
-        advertised = cfg.advertised_host or host
-        ports = cfg.shard_port_list()
-        if any(p == 0 for p in ports):
-            from kafscale.net import free_port
+            actor = MetadataStoreActor.options(  # type: ignore[attr-defined]
+                name=METADATA_ACTOR_NAME, namespace=self.ray_namespace, get_if_exists=True, lifetime="detached",
+                max_restarts=-1, num_cpus=0, max_concurrency=10_000, runtime_env={"env_vars": self.env},
+                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
+            ).remote(data_dir=self.config.data_dir, etcd_endpoints=None, prefix=self.config.etcd_prefix)
+            await actor.ready.remote()
+        return open_metadata_store(self.config, METADATA_ACTOR_NAME if actor else None, self.ray_namespace)
 
-            ports = [p or free_port() for p in ports]
-        self.addresses = [(i, advertised, port) for i, port in enumerate(ports)]
-        config = dataclasses.asdict(cfg)
-        self.shards = [
-            ShardActor.options(name=shard_actor_name(i), namespace=self.ray_namespace).remote(
-                i, config, self.addresses, METADATA_ACTOR_NAME if self.metadata_actor else None,
-                self.ray_namespace)
-            for i in range(len(ports))
-        ]
-        started = await asyncio.gather(*(s.start.remote() for s in self.shards))
-        self.addresses = [tuple(a) for a in started]  # type: ignore[misc]
-        self._monitor = asyncio.get_running_loop().create_task(self._watch_shards())
-        return self.addresses
+    async def _watch_leases(self, meta: MetadataStore) -> None:
+        """A lapsed lease wakes the loop at once: healing must not wait for the next round."""
+        while not self.stopping:
+            try:
+                async for event in meta.watch(keys.BROKERS):
+                    if event.type == "delete":
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("controller: lease watch interrupted: %s", e)
+                await asyncio.sleep(RECONCILE_S)
 
-    async def _watch_shards(self) -> None:
-        """A shard whose process died is restarted by Ray; start it again so it serves."""
+    async def _reconcile(self, meta: MetadataStore) -> None:
+        wanted = await self._place_shards(meta)
+        live = await store.live_shards(meta)
+        self.live = set(live)
+        now = time.monotonic()
+        for shard in wanted.values():
+            self._actor(shard)
+            if shard.id in live:
+                self.seen_live.add(shard.id)
+                self.missing_since.pop(shard.id, None)
+            else:
+                self.missing_since.setdefault(shard.id, now)
+                self._start(shard)
+        await store.ensure_group_slots(meta, list(wanted))
+        await self._heal(meta, wanted)
+
+    def _nodes(self) -> tuple[list[Node], dict[str, dict[str, str]]]:
+        """The alive nodes that should run shards, and every alive node's labels."""
+        nodes = []
+        local_objects = not self.config.s3_bucket and not self.config.shared_data_dir
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        labels = {n["NodeID"]: dict(n.get("Labels") or {}) for n in alive}
+        for n in alive:
+            node_id = n["NodeID"]
+            if local_objects and node_id != self.node_id:
+                if node_id not in self.warned:
+                    self.warned.add(node_id)
+                    log.error("node %s gets no shards: the object store is the local directory %s, which other"
+                              " nodes cannot read (use S3, or --shared-data-dir if it is shared)",
+                              n["NodeManagerAddress"], self.config.data_dir)
+                continue
+            count = self.config.shards_on(n.get("Resources", {}).get("CPU"))
+            if SHARDS_LABEL in labels[node_id]:
+                count = int(labels[node_id][SHARDS_LABEL])
+            nodes.append(Node(node_id, n["NodeManagerAddress"], count))
+        return nodes, labels
+
+    async def _place_shards(self, meta: MetadataStore) -> dict[int, store.WantedShard]:
+        """Step 1: the shards every alive node should run, kept in the store."""
+        wanted = await store.wanted_shards(meta)
+        nodes, labels = self._nodes()
+        plan = plan_shards(nodes, {s.id: (s.node_id, s.node_ip, s.slot) for s in wanted.values()})
+        ips = {n.id: n.ip for n in nodes}
+
+        def where(node_id: str, slot: int) -> tuple[str, int]:
+            """Advertised host and port, from the settings this controller runs with."""
+            label = labels.get(node_id, {}).get(ADVERTISED_HOST_LABEL, "")
+            return self.config.advertised_for(ips[node_id], label), self.config.shard_port(slot)
+
+        for shard_id, node_id in plan.keep.items():
+            shard = wanted[shard_id]
+            host, port = where(node_id, shard.slot)
+            # Adopted by the node now at its address, or served with other settings than before.
+            if (shard.node_id, shard.node_ip, shard.host, shard.port) != (node_id, ips[node_id], host, port):
+                wanted[shard_id] = dataclasses.replace(shard, node_id=node_id, node_ip=ips[node_id], host=host,
+                                                       port=port)
+                await store.want(meta, wanted[shard_id])
+        for node_id, ip, slot in plan.new:
+            shard = store.WantedShard(await store.allocate_shard_id(meta), node_id, ip, slot, *where(node_id, slot))
+            await store.want(meta, shard)
+            wanted[shard.id] = shard
+            log.info("controller: shard %d on node %s (%s), port slot %d", shard.id, ip, node_id[:8], slot)
+        for shard_id in plan.forget:
+            log.warning("controller: shard %d's node is gone; its work moves to live shards", shard_id)
+            await store.forget(meta, shard_id)
+            wanted.pop(shard_id, None)
+            self.seen_live.discard(shard_id)
+            self._end_actor(shard_id)
+        return wanted
+
+    def _actor(self, shard: store.WantedShard) -> Any:
+        """The shard's actor on its node: the running one (after a controller restart too), else a new one."""
+        known = self.handles.get(shard.id)
+        if known is not None and known[0] == shard.node_id:
+            return known[1]
+        if known is not None:  # adopted by another node: the old actor cannot run there
+            self._end_actor(shard.id)
+        handle = ShardActor.options(  # type: ignore[attr-defined]
+            name=shard_actor_name(shard.id), namespace=self.ray_namespace, get_if_exists=True,
+            lifetime="detached", runtime_env={"env_vars": self.env},
+            scheduling_strategy=NodeAffinitySchedulingStrategy(shard.node_id, soft=False),
+        ).remote(shard.id, dataclasses.asdict(self.config), shard.port, shard.host,
+                 None if self.config.etcd_endpoint_list() else METADATA_ACTOR_NAME, self.ray_namespace)
+        self.handles[shard.id] = (shard.node_id, handle)
+        return handle
+
+    def _start(self, shard: store.WantedShard) -> None:
+        """Step 2: a shard that is not live is (being) started."""
+        if shard.id in self.starting:
+            return
+        future = asyncio.ensure_future(asyncio.wait_for(self._actor(shard).start.remote(), 60))
+        self.starting[shard.id] = future
+
+        def done(f: asyncio.Future[Any]) -> None:
+            self.starting.pop(shard.id, None)
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("controller: shard %d not started yet: %s", shard.id, f.exception())
+
+        future.add_done_callback(done)
+
+    def _end_actor(self, shard_id: int) -> None:
+        known = self.handles.pop(shard_id, None)
+        handle = known[1] if known else None
+        if handle is None:
+            with contextlib.suppress(Exception):
+                handle = ray.get_actor(shard_actor_name(shard_id), namespace=self.ray_namespace)
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+
+    def _dead(self, wanted: dict[int, store.WantedShard]) -> set[int]:
+        now = time.monotonic()
+        return {s for s, since in self.missing_since.items()
+                if s in self.seen_live or now - since > STARTUP_GRACE_S} | {-1}
+
+    async def _heal(self, meta: MetadataStore, wanted: dict[int, store.WantedShard]) -> None:
+        """Step 3: work on gone shards goes to live ones."""
+        if not self.live:
+            return
+        infos = await store.topics(meta)
+        parts = store.partition_assignment(infos)
+        slots = store.slot_assignment(await store.group_slots(meta))
+        gone = self._dead(wanted) | ({s for s in set(parts.values()) | set(slots.values())} - set(wanted))
+        moves = heal(parts, self.live, gone) + heal(slots, self.live, gone)
+        if moves:
+            done = await store.write_moves(meta, moves)
+            log.warning("controller: healed %d partitions and group slots of shards %s", len(done),
+                        sorted({m.source for m in done}))
+
+    # ---------------------------------------------------------------- planned moves
+
+    async def _hand_off(self, moves: list[Move]) -> list[dict[str, Any]]:
+        """Planned moves, at most moves_in_flight at once: the source flushes and lets go, then placement
+        names the target. A source that cannot be reached is fenced by the target's new epoch instead."""
+        assert self.meta is not None
+        meta = self.meta
+
+        async def one(m: Move) -> dict[str, Any]:
+            async with self._moves:
+                started = time.monotonic()
+                topic, partition = m.item  # type: ignore[misc]
+                if topic and m.source in self.live and m.source in self.handles:
+                    try:
+                        await asyncio.wait_for(self.handles[m.source][1].release.remote(topic, partition),
+                                               RELEASE_TIMEOUT_S)
+                    except Exception as e:
+                        log.warning("controller: shard %d did not release %s-%d (%s); fencing it instead",
+                                    m.source, topic, partition, e)
+                written = await store.write_moves(meta, [m])
+                return {"topic": topic or None, "partition": partition if topic else None,
+                        "group_slot": None if topic else partition, "from": m.source, "to": m.target,
+                        "moved": bool(written), "seconds": round(time.monotonic() - started, 3)}
+
+        return list(await asyncio.gather(*(one(m) for m in moves)))
+
+    async def move(self, topic: str, partition: int, target: int) -> dict[str, Any]:
+        """`kafscale partition move`: one partition to a live shard."""
+        meta = await self._store()
+        infos = await store.topics(meta)
+        info = infos.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            raise ValueError(f"no partition {topic}-{partition}")
+        if target not in await store.live_shards(meta):
+            raise ValueError(f"shard {target} is not live")
+        source = info.placement[partition]
+        if source == target:
+            return {"topic": topic, "partition": partition, "from": source, "to": target, "moved": False,
+                    "seconds": 0.0}
+        return (await self._hand_off([Move((topic, partition), source, target)]))[0]
+
+    async def rebalance(self) -> list[dict[str, Any]]:
+        """`kafscale cluster rebalance`: partitions and group slots even over the live shards."""
+        meta = await self._store()
+        live = sorted(await store.live_shards(meta))
+        moves = (balance(store.partition_assignment(await store.topics(meta)), live)
+                 + balance(store.slot_assignment(await store.group_slots(meta)), live))
+        return await self._hand_off(moves)
+
+    async def drain(self, node: str) -> list[dict[str, Any]]:
+        """`kafscale cluster drain`: everything off the shards of a node (by IP or node id prefix)."""
+        meta = await self._store()
+        live = await store.live_shards(meta)
+        leaving = {s for s, b in live.items() if node in (b.node_ip, b.host) or (len(node) >= 6 and
+                                                                               b.node_id.startswith(node))}
+        if not leaving:
+            raise ValueError(f"no live shard on node {node}")
+        remaining = [s for s in live if s not in leaving]
+        if not remaining:
+            raise ValueError(f"node {node} runs every live shard: there is nowhere to move its work")
+        moves = (drain(store.partition_assignment(await store.topics(meta)), leaving, remaining)
+                 + drain(store.slot_assignment(await store.group_slots(meta)), leaving, remaining))
+        return await self._hand_off(moves)
+
+    # ---------------------------------------------------------------- inspection and lifecycle
+
+    async def _store(self) -> MetadataStore:
+        while self.meta is None:
+            await asyncio.sleep(0.1)
+        return self.meta
+
+    async def wait_ready(self, timeout: float = 120) -> list[tuple[int, str, int]]:
+        """Once every wanted shard is live and nothing is placed on a gone one: the shards' addresses."""
+        deadline = time.monotonic() + timeout
         while True:
-            await asyncio.sleep(HEALTH_INTERVAL_S)
-            for i, shard in enumerate(self.shards):
-                try:
-                    await asyncio.wait_for(shard.start.remote(), timeout=30)
-                except Exception as e:
-                    log.warning("shard %d not healthy yet: %s", i, e)
+            meta = await self._store()
+            rounds = self.rounds
+            wanted = await store.wanted_shards(meta)
+            live = await store.live_shards(meta)
+            placed = set(store.partition_assignment(await store.topics(meta)).values())
+            if wanted and set(wanted) <= set(live) and placed <= set(live) and rounds > 0:
+                return [(b.id, b.host, b.port) for b in sorted(live.values(), key=lambda b: b.id)]
+            if time.monotonic() > deadline:
+                missing = sorted(set(wanted) - set(live))
+                raise TimeoutError(f"shards {missing} did not register within {timeout:.0f}s")
+            self._wake.set()
+            await asyncio.sleep(0.2)
+
+    async def info(self) -> dict[str, Any]:
+        """Nodes -> shards -> partitions and groups, from the store (a dead shard's work shows where it is)."""
+        meta = await self._store()
+        wanted = await store.wanted_shards(meta)
+        live = await store.live_shards(meta)
+        infos = await store.topics(meta)
+        slots = await store.group_slots(meta) or []
+        groups = [kv.key[len(keys.GROUPS):] for kv in await meta.range(keys.GROUPS)]
+        from urllib.parse import unquote
+
+        shards: dict[int, dict[str, Any]] = {}
+
+        def shard(s: int) -> dict[str, Any]:
+            if s not in shards:
+                w, b = wanted.get(s), live.get(s)
+                where = b or w
+                shards[s] = {"id": s, "node_id": where.node_id if where else "",
+                             "node_ip": where.node_ip if where else "", "host": where.host if where else "",
+                             "port": where.port if where else 0, "live": b is not None, "partitions": [],
+                             "group_slots": [], "groups": []}
+            return shards[s]
+
+        for s in sorted(set(wanted) | set(live)):
+            shard(s)
+        for (topic, p), s in sorted(store.partition_assignment(infos).items()):
+            shard(s)["partitions"].append(f"{topic}-{p}")
+        for i, s in enumerate(slots):
+            if s in shards:
+                shards[s]["group_slots"].append(i)
+        for g in map(unquote, groups):
+            if slots and slots[group_slot(g)] in shards:
+                shards[slots[group_slot(g)]]["groups"].append(g)
+        nodes: dict[str, dict[str, Any]] = {}
+        for shard in shards.values():
+            nodes.setdefault(shard["node_id"], {"node_id": shard["node_id"], "node_ip": shard["node_ip"],
+                                                "shards": []})["shards"].append(shard)
+        import os
+
+        return {"nodes": list(nodes.values()), "rounds": self.rounds,
+                "controller": {"node_id": self.node_id, "pid": os.getpid()}}
 
     async def status(self) -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(s.status.remote() for s in self.shards)))
+        handles = [h for _, h in self.handles.values()]
+        return list(await asyncio.gather(*(h.status.remote() for h in handles)))
 
     async def stop(self) -> None:
-        """Flush and release every partition, then end the actors."""
-        if self._monitor is not None:
-            self._monitor.cancel()
-        results = await asyncio.gather(*(s.stop.remote() for s in self.shards), return_exceptions=True)
-        for i, r in enumerate(results):
+        """Flush and release every partition, then end the shards and the metadata actor (the wanted shards
+        stay in the store, so the next `kafscale serve` on these hosts brings back the same broker ids)."""
+        self.stopping = True
+        self._loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._loop
+        for f in self.starting.values():
+            f.cancel()
+        handles = dict(self.handles)
+        results = await asyncio.gather(*(asyncio.wait_for(h.stop.remote(), 60) for _, h in handles.values()),
+                                       return_exceptions=True)
+        for shard_id, r in zip(handles, results, strict=True):
             if isinstance(r, Exception):
-                log.warning("shard %d did not stop cleanly: %s", i, r)
-        for s in self.shards:
+                log.warning("shard %d did not stop cleanly: %s", shard_id, r)
+        for shard_id in list(handles):
+            self._end_actor(shard_id)
+        if self.meta is not None:
             with contextlib.suppress(Exception):
-                ray.kill(s, no_restart=True)
-        if self.metadata_actor is not None:
+                await self.meta.close()
+        with contextlib.suppress(Exception):
+            metadata_actor = ray.get_actor(METADATA_ACTOR_NAME, namespace=self.ray_namespace)
             with contextlib.suppress(Exception):
-                await self.metadata_actor.close.remote()
-            with contextlib.suppress(Exception):
-                ray.kill(self.metadata_actor, no_restart=True)
+                await metadata_actor.close.remote()
+            ray.kill(metadata_actor, no_restart=True)

@@ -29,8 +29,10 @@ def ray_environment() -> dict[str, str]:
 
 
 class LocalRayHead:
-    def __init__(self, num_cpus: int | None = None) -> None:
+    def __init__(self, num_cpus: int | None = None, *, dashboard_port: int = 0, detached: bool = False) -> None:
         self.num_cpus = num_cpus or os.cpu_count() or 1
+        self.dashboard_port = dashboard_port  # 0: no dashboard
+        self.detached = detached  # outlives the command that started it: no watchdog
         self.port = 0
         self.pgid = 0
         self._watchdog: subprocess.Popen[bytes] | None = None
@@ -45,16 +47,21 @@ class LocalRayHead:
         env = ray_environment()
         os.environ.update({k: env[k] for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE",
                                                "RAY_USAGE_STATS_ENABLED")})
+        dashboard = ["--include-dashboard=false"]
+        if self.dashboard_port:
+            dashboard = ["--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                         f"--dashboard-port={self.dashboard_port}"]
         starter = subprocess.Popen(
-            [str(ray_bin), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
-             "--include-dashboard=false", "--disable-usage-stats", f"--num-cpus={self.num_cpus}"],
+            [str(ray_bin), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}", *dashboard,
+             "--disable-usage-stats", f"--num-cpus={self.num_cpus}"],
             env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         self.pgid = starter.pid  # session leader: Ray's daemons keep this process group
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "kafscale.runtime.local_head", str(os.getpid()), str(self.pgid)],
-            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        if not self.detached:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-m", "kafscale.runtime.local_head", str(os.getpid()), str(self.pgid)],
+                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
         _, err = starter.communicate(timeout=120)
         if starter.returncode != 0:
             self.stop()
@@ -70,6 +77,11 @@ class LocalRayHead:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._watchdog.wait(5)
             self._watchdog = None
+
+
+def end_session(pgid: int) -> None:
+    """End a detached local head's processes (`kafscale cluster stop`)."""
+    _end_group(pgid)
 
 
 def _end_group(pgid: int, grace: float = 5.0) -> None:

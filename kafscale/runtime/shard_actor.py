@@ -77,17 +77,30 @@ class RayPeer:
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
 class ShardActor:
-    def __init__(self, shard_id: int, config: dict[str, Any], shards: list[tuple[int, str, int]],
+    """Created detached by the controller, pinned to its node; Ray restarts its process in place, and the
+    controller's next start() call brings the shard back (it recovers its partitions from the stores)."""
+
+    def __init__(self, shard_id: int, config: dict[str, Any], port: int, advertised_host: str,
                  metadata_actor: str | None, ray_namespace: str) -> None:
         self.shard_id = shard_id
         self.config = BrokerConfig(**config)
         setup_logging(self.config.log_level, self.config.log_json)
-        self.shards = [ShardAddress(*s) for s in shards]
+        self.port = port
+        self.advertised_host = advertised_host
         self.metadata_actor = metadata_actor
         self.ray_namespace = ray_namespace
+        self.node_ip = ray.util.get_node_ip_address()
         self.host: ShardHost | None = None
         self._starting: asyncio.Task[ShardAddress] | None = None
         self._peers: dict[int, Peer] = {}
+
+    def __repr__(self) -> str:
+        """What the Ray dashboard shows for this actor."""
+        host = self.host
+        if host is None:
+            return f"Shard(id={self.shard_id}, node={self.node_ip}, starting)"
+        return (f"Shard(id={self.shard_id}, node={self.node_ip}, listener={self.advertised_host}:{host.listener.port},"
+                f" partitions={len(host.core.owners)}, groups={len(host.core.groups.groups)})")
 
     def _peer(self, shard_id: int) -> Peer:
         peer = self._peers.get(shard_id)
@@ -99,8 +112,8 @@ class ShardActor:
     async def _start(self) -> ShardAddress:
         meta = open_metadata_store(self.config, self.metadata_actor, self.ray_namespace)
         host = ShardHost(self.shard_id, self.config, meta=meta, objects=open_object_store(self.config),
-                         shards=self.shards, peers=self._peer)
-        address = await host.start()
+                         peers=self._peer, port=self.port, advertised_host=self.advertised_host)
+        address = await host.start(node_id=ray.get_runtime_context().get_node_id(), node_ip=self.node_ip)
         self.host = host
         mirror = RayMirror(host.metrics.registry, self.shard_id)  # the Ray dashboard's copy of the shard's metrics
         self._ray_metrics = asyncio.get_running_loop().create_task(mirror.run())
@@ -135,6 +148,18 @@ class ShardActor:
 
     async def group_lag(self, group_id: str) -> list[PartitionLag]:
         return await (await self._host()).core.group_lag(group_id)
+
+    async def release(self, topic: str, partition: int) -> int:
+        """A planned move's first half (kafscale.broker.shard.ShardCore.release)."""
+        return await (await self._host()).core.release(topic, partition)
+
+    async def hosted(self) -> dict[str, Any]:
+        """What this shard serves now, for `kafscale cluster info`."""
+        host = await self._host()
+        return {"shard": self.shard_id, "node_ip": self.node_ip, "host": host.advertised_host(),
+                "port": host.listener.port, "serving": host.core.membership is None or host.core.membership.serving,
+                "partitions": sorted(f"{t}-{p}" for t, p in host.core.owners),
+                "groups": sorted(host.core.groups.groups)}
 
     async def status(self) -> dict[str, Any]:
         host = await self._host()

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 
 from kafscale.broker.interface import Peers
 from kafscale.broker.shard import ShardCore
+from kafscale.cluster.membership import BrokerRecord
 from kafscale.cluster.placement import ShardAddress
 from kafscale.config import BrokerConfig
 from kafscale.ops.http import MetricsServer, ReadinessChecks, metrics_address
@@ -27,20 +30,24 @@ log = logging.getLogger(__name__)
 
 class ShardHost:
     def __init__(self, shard_id: int, config: BrokerConfig, *, meta: MetadataStore, objects: ObjectStore,
-                 shards: list[ShardAddress] | None = None, peers: Peers | None = None) -> None:
+                 shards: list[ShardAddress] | None = None, peers: Peers | None = None,
+                 port: int | None = None, advertised_host: str | None = None) -> None:
         self.shard_id = shard_id
         self.config = config
+        self._advertised_host = advertised_host or config.advertised_host or None
         self.metrics = ShardMetrics()
         self.meta = TimedMetadataStore(meta, self.metrics)
         self.core = ShardCore(shard_id, config, meta=self.meta, objects=objects, shards=shards, peers=peers,
                               metrics=self.metrics)
         self.router = build_router(self.core)
         self.router.observe = self.metrics.observe_request
-        host, port = config.listen_host_port()
+        host, config_port = config.listen_host_port()
         mine = self.core.placement.address(shard_id)
-        self.listener = Listener(self.router, host, mine.port if mine else port,
+        if port is None:
+            port = mine.port if mine else config_port
+        self.listener = Listener(self.router, host, port,
                                  max_frame_bytes=config.max_frame_bytes,
-                                 advertised_host=config.advertised_host or None,
+                                 advertised_host=self._advertised_host,
                                  max_in_flight=config.max_in_flight_requests,
                                  max_in_flight_bytes=config.max_in_flight_bytes,
                                  idle_timeout_s=config.connections_max_idle_ms / 1000)
@@ -50,14 +57,16 @@ class ShardHost:
         self._tasks: list[asyncio.Task[None]] = []
 
     def advertised_host(self) -> str:
-        return self.config.advertised_host or self.listener.host
+        return self._advertised_host or self.listener.host
 
-    async def start(self) -> ShardAddress:
+    async def start(self, node_id: str = "", node_ip: str = "") -> ShardAddress:
         await self.core.start()
         await self.listener.start()
-        if not self.core.placement.shards:
+        if self.core.placement.lone:
             # Single-shard use (tests, one process): this shard is the whole cluster.
             self.core.placement.shards = [ShardAddress(self.shard_id, self.advertised_host(), self.listener.port)]
+        await self.core.join(BrokerRecord(self.shard_id, self.advertised_host(), self.listener.port, node_id=node_id,
+                                          node_ip=node_ip, pid=os.getpid(), started_ms=int(time.time() * 1000)))
         log.info("shard %d listening on %s:%d", self.shard_id, self.listener.host, self.listener.port)
         self._tasks.append(asyncio.get_running_loop().create_task(self.lag_sampler.run()))
         address = metrics_address(self.config.metrics_listen, self.shard_id)

@@ -29,7 +29,8 @@ class ServeProcess:
 
     def start(self, timeout: float = 120) -> ServeProcess:
         args = [sys.executable, "-m", "kafscale.cli", "serve", "--listen", self.bootstrap,
-                "--shard-ports", ",".join(map(str, self.ports)), "--shards", str(self.shards),
+                "--shard-ports", ",".join(map(str, self.ports)), "--shards-per-node", str(self.shards),
+                "--no-dashboard",
                 "--data-dir", str(self.data_dir), "--metrics-listen", "127.0.0.1:0", *self.extra_args]
         log = self.log_path.open("ab")
         seen = self.log_path.stat().st_size  # a restart appends: only its own "ready" counts

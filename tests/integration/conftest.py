@@ -75,7 +75,7 @@ class Cluster:
 
 
 def _config() -> BrokerConfig:
-    return BrokerConfig(shards=1, s3_namespace=NAMESPACE)
+    return BrokerConfig(shards_per_node=1, s3_namespace=NAMESPACE)
 
 
 @pytest.fixture(scope="session")

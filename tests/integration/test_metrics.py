@@ -164,7 +164,7 @@ class _RestartableMoto:
 def s3_outage_broker(tmp_path: Path) -> Iterator[tuple[InProcessBroker, _RestartableMoto]]:
     moto = _RestartableMoto()
     bucket = unique_bucket_name("ready")
-    cfg = BrokerConfig(shards=1, s3_health_window_s=2.0)
+    cfg = BrokerConfig(shards_per_node=1, s3_health_window_s=2.0)
     # The bucket is made with default timeouts: moto serves from this process, sharing its GIL with the
     # broker, and on a busy machine one request can outlast the broker's short read timeout (CI did).
     moto.server.store(bucket).close()

@@ -33,7 +33,7 @@ HOUR_MS = 3_600_000
 
 
 def _config() -> BrokerConfig:
-    return BrokerConfig(shards=1, s3_namespace=NAMESPACE, retention_check_interval_ms=100)
+    return BrokerConfig(shards_per_node=1, s3_namespace=NAMESPACE, retention_check_interval_ms=100)
 
 
 @pytest.fixture(scope="module", params=["embedded", "cloud"])

@@ -81,7 +81,7 @@ def _consume_all(bootstrap: str, topic: str, partitions: int, expect_at_least: i
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--log-level", "LOUD", "kafscale: log_level: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'LOUD'"),
     ("--metrics-listen", "localhost", "kafscale: metrics_listen: expected HOST:PORT or '' (off), got 'localhost'"),
-    ("--shard-ports", "9092", "kafscale: shard_ports: 1 ports given for 2 shards"),
+    ("--shard-ports", "9092", "kafscale: shard_ports: 1 ports given for 2 shards per node"),
 ])
 def test_serve_refuses_a_bad_setting_before_starting(tmp_path: Path, flag: str, value: str, message: str) -> None:
     data = tmp_path / "data"
@@ -232,8 +232,9 @@ def test_requests_to_a_shard_that_does_not_own_the_partition_are_forwarded(tmp_p
 
 
 def test_a_crashed_shard_is_restarted_and_clients_carry_on(tmp_path: Path) -> None:
-    """kill -9 of one shard's worker process: Ray restarts it, the controller starts it again on the
-    same port, producers retry into it, and every acknowledged record is there exactly once."""
+    """kill -9 of one shard's worker process: its lease lapses, the controller moves its partitions to the
+    live shard (Ray restarts the process meanwhile), producers retry, and every acknowledged record is there
+    exactly once."""
     serve = ServeProcess(tmp_path / "data", shards=2)
     acked: dict[tuple[int, int], bytes] = {}
     with serve:
@@ -256,7 +257,7 @@ def test_a_crashed_shard_is_restarted_and_clients_carry_on(tmp_path: Path) -> No
             producer.poll(0)
         assert producer.flush(90) == 0
         assert len(acked) == 4000
-        assert "not healthy yet" in serve.log_text() or "restart" in serve.log_text().lower()
+        assert "healed" in serve.log_text()
         got = _consume_all(serve.bootstrap, "crash", TOPIC_PARTITIONS, 4000)
     stored = {(p, o): v for p, records in got.items() for o, v in records}
     assert stored == acked

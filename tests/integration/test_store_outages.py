@@ -86,7 +86,7 @@ def own_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
 def test_s3_outage_gets_retriable_errors_in_time_and_loses_nothing(tmp_path: Path,
                                                                   own_seaweed: SeaweedS3Server) -> None:
     # A cache too small to hold a segment: every fetch below needs the object store.
-    config = BrokerConfig(shards=1, cache_bytes=1, s3_health_window_s=3, flush_interval_ms=20)
+    config = BrokerConfig(shards_per_node=1, cache_bytes=1, s3_health_window_s=3, flush_interval_ms=20)
     meta_path = tmp_path / "meta.sqlite"
     broker = InProcessBroker(config, meta=lambda: EmbeddedStore(meta_path),
                              objects=lambda: own_seaweed.store("outage", create_bucket=True)).start()
@@ -117,7 +117,7 @@ def test_s3_outage_gets_retriable_errors_in_time_and_loses_nothing(tmp_path: Pat
 
 
 def test_etcd_outage_gets_retriable_errors_in_time_and_loses_nothing(tmp_path: Path, own_etcd: EtcdServer) -> None:
-    config = BrokerConfig(shards=1, flush_interval_ms=20)
+    config = BrokerConfig(shards_per_node=1, flush_interval_ms=20)
     objects_root = tmp_path / "objects"
     broker = InProcessBroker(config, meta=lambda: EtcdStore(own_etcd.endpoint, prefix="/outage/"),
                              objects=lambda: LocalDirStore(objects_root)).start()

@@ -39,7 +39,7 @@ class Deployment:
 
 
 def _config() -> BrokerConfig:
-    return BrokerConfig(shards=1, s3_namespace=NAMESPACE, segment_bytes=SEGMENT_BYTES, flush_interval_ms=20)
+    return BrokerConfig(shards_per_node=1, s3_namespace=NAMESPACE, segment_bytes=SEGMENT_BYTES, flush_interval_ms=20)
 
 
 @pytest.fixture(scope="session")

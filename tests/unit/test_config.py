@@ -56,13 +56,33 @@ def test_unknown_key_in_the_file_is_refused(tmp_path: Path) -> None:
 def test_shard_ports_must_name_one_port_per_shard() -> None:
     with pytest.raises(ConfigError) as info:
         load(_args("--shards", "2", "--shard-ports", "9092"), environ={})
-    assert str(info.value) == "shard_ports: 1 ports given for 2 shards"
+    assert str(info.value) == "shard_ports: 1 ports given for 2 shards per node"
 
 
 def test_settings_checked_where_used_are_accepted_when_sound() -> None:
     config = load(_args("--log-level", "debug", "--metrics-listen", "", "--shards", "2",
                         "--shard-ports", "9092,9093"), environ={})
-    assert (config.log_level, config.metrics_listen, config.shard_port_list()) == ("debug", "", [9092, 9093])
+    assert (config.log_level, config.metrics_listen, config.shard_port(0), config.shard_port(1)) == (
+        "debug", "", 9092, 9093)
+
+
+def test_shards_on_every_address_take_consecutive_ports_and_advertise_their_node() -> None:
+    config = load(_args("--listen", "0.0.0.0:9092", "--shards-per-node", "3"), environ={})
+    assert [config.shard_port(k) for k in range(3)] == [9092, 9093, 9094]
+    assert config.advertised_for("10.0.0.7") == "10.0.0.7"  # a wildcard bind advertises the node
+    assert config.advertised_for("10.0.0.7", label="kafka-7.example") == "kafka-7.example"
+    templated = load(_args("--advertised-host", "{node_ip}.nip.io"), environ={})
+    assert templated.advertised_for("10.0.0.7") == "10.0.0.7.nip.io"
+    assert load(_args(), environ={}).advertised_for("10.0.0.7") == "127.0.0.1"  # bound to loopback
+    assert load(_args("--listen", "127.0.0.1:0"), environ={}).shard_port(5) == 0  # any free port
+
+
+def test_shards_is_an_alias_of_shards_per_node_everywhere(tmp_path: Path) -> None:
+    path = tmp_path / "kafscale.yaml"
+    path.write_text("shards: 3\n")
+    assert load(_args("--config", str(path)), environ={}).shards_per_node == 3
+    assert load(_args(), environ={"KAFSCALE_SHARDS": "4"}).shards_per_node == 4
+    assert load(_args("--shards", "5"), environ={}).shards_per_node == 5
 
 
 def test_partitions_per_shard_is_accepted_but_deprecated(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

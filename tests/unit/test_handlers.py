@@ -63,7 +63,7 @@ async def test_every_registered_handler_exports_its_range_and_the_router_adverti
 
 async def test_metadata_advertises_every_shard_and_each_partitions_leader_from_placement(tmp_path: Path) -> None:
     async with fake_broker(tmp_path, shards=3) as broker:
-        info = await broker.topics.create("orders", 4, 3)
+        info = await broker.topics.create("orders", 4, [0, 1, 2])
         answer = await metadata.handle(broker, context(3, 12), request(
             3, 12, topics=(part(3, 12, "MetadataRequestTopic", name="orders", topic_id=None),),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False))
@@ -116,7 +116,7 @@ def produce_request(version: int, acks: int, topic: str, records: bytes) -> Any:
 
 async def test_produce_appends_and_answers_with_the_base_offset(tmp_path: Path) -> None:
     async with fake_broker(tmp_path) as broker:
-        await broker.topics.create("t", 1, 1)
+        await broker.topics.create("t", 1, [0])
         for expected in (0, 2):
             answer = await produce.handle(broker, context(0, 9), produce_request(9, -1, "t",
                                                                                    bytes(record_batch(b"a", b"b"))))
@@ -128,7 +128,7 @@ async def test_produce_appends_and_answers_with_the_base_offset(tmp_path: Path) 
 
 async def test_produce_refuses_what_it_cannot_store_and_acks_0_gets_no_answer(tmp_path: Path) -> None:
     async with fake_broker(tmp_path) as broker:
-        await broker.topics.create("t", 1, 1)
+        await broker.topics.create("t", 1, [0])
         batch = bytes(record_batch(b"x"))
         for version, acks, code in ((2, -1, ErrorCode.unsupported_version), (9, 2, ErrorCode.invalid_required_acks)):
             answer = await produce.handle(broker, context(0, version), produce_request(version, acks, "t", batch))
@@ -140,7 +140,7 @@ async def test_produce_refuses_what_it_cannot_store_and_acks_0_gets_no_answer(tm
 
 async def test_fetch_returns_stored_batches_and_names_bad_offsets_and_unknown_topic_ids(tmp_path: Path) -> None:
     async with fake_broker(tmp_path) as broker:
-        info = await broker.topics.create("t", 1, 1)
+        info = await broker.topics.create("t", 1, [0])
         await broker.produce("t", 0, record_batch(b"a", b"b", b"c"), -1, 1000)
 
         def ask(topic_id: uuid.UUID, offset: int) -> Any:
@@ -162,7 +162,7 @@ async def test_fetch_returns_stored_batches_and_names_bad_offsets_and_unknown_to
 
 async def test_list_offsets_and_delete_records_move_the_log_start(tmp_path: Path) -> None:
     async with fake_broker(tmp_path) as broker:
-        await broker.topics.create("t", 1, 1)
+        await broker.topics.create("t", 1, [0])
         for value in (b"a", b"b", b"c"):
             await broker.produce("t", 0, record_batch(value), -1, 1000)
 
@@ -186,7 +186,7 @@ async def test_list_offsets_and_delete_records_move_the_log_start(tmp_path: Path
 
 async def test_create_topics_refuses_bad_names_duplicates_and_existing_topics(tmp_path: Path) -> None:
     async with fake_broker(tmp_path) as broker:
-        await broker.topics.create("taken", 1, 1)
+        await broker.topics.create("taken", 1, [0])
 
         def topic(name: str) -> Any:
             return part(19, 7, "CreatableTopic", name=name, num_partitions=2, replication_factor=-1, assignments=(),
@@ -204,7 +204,7 @@ async def test_create_topics_refuses_bad_names_duplicates_and_existing_topics(tm
 
 async def test_delete_topics_removes_the_topic_and_names_unknown_ones(tmp_path: Path) -> None:
     async with fake_broker(tmp_path) as broker:
-        await broker.topics.create("gone", 1, 1)
+        await broker.topics.create("gone", 1, [0])
         answer = await delete_topics.handle(broker, context(20, 6), request(20, 6, timeout=1000, topics=(
             part(20, 6, "DeleteTopicState", name="gone", topic_id=None),
             part(20, 6, "DeleteTopicState", name="never", topic_id=None))))
@@ -215,7 +215,7 @@ async def test_delete_topics_removes_the_topic_and_names_unknown_ones(tmp_path: 
 
 async def test_describe_configs_shows_a_topics_own_value_and_the_defaults(tmp_path: Path) -> None:
     async with fake_broker(tmp_path) as broker:
-        await broker.topics.create("t", 1, 1, {"retention.ms": "1000"})
+        await broker.topics.create("t", 1, [0], {"retention.ms": "1000"})
         answer = await describe_configs.handle(broker, context(32, 4), request(
             32, 4, include_synonyms=False, include_documentation=False, resources=(
                 part(32, 4, "DescribeConfigsResource", resource_type=2, resource_name="t",
@@ -232,7 +232,7 @@ async def test_describe_configs_shows_a_topics_own_value_and_the_defaults(tmp_pa
 
 async def test_committed_offsets_are_fetched_back_through_the_real_group_registry(tmp_path: Path) -> None:
     async with fake_broker(tmp_path) as broker:
-        await broker.topics.create("t", 2, 1)
+        await broker.topics.create("t", 2, [0])
         committed = await offset_commit.handle(broker, context(8, 8), request(
             8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
                 part(8, 8, "OffsetCommitRequestTopic", name="t", partitions=(

@@ -787,7 +787,7 @@ async def _shard_core(tmp_path: Path, fresh: bool = True) -> AsyncIterator[Any]:
     await core.start()
     try:
         if fresh:
-            await core.topics.create("fresh", 1, 1)
+            await core.topics.create("fresh", 1, [0])
         yield core
     finally:
         await core.stop()
@@ -844,7 +844,7 @@ async def test_produce_many_answers_every_partition_in_request_order(tmp_path: P
     """Fast-path, queued and failing partitions of one acks=all request, each answered in its place
     once durable."""
     async with _shard_core(tmp_path) as core:
-        await core.topics.create("two", 2, 1)
+        await core.topics.create("two", 2, [0])
         await core.produce_many([("fresh", 0, bytearray(_one_record_batch(b"warm")))], -1, 5000)
         items = [("two", 1, bytearray(_one_record_batch(b"q"))),  # owner not open yet: queued
                  ("fresh", 0, bytearray(_one_record_batch(b"f"))),  # open: fast path
@@ -868,12 +868,12 @@ async def test_a_new_topics_partitions_open_before_their_first_produce(tmp_path:
     from kafscale.cluster.placement import spread
 
     async with _shard_core(tmp_path) as core:
-        await core.topics.create("early", 3, 1)
+        await core.topics.create("early", 3, [0])
         await eventually(lambda: all(("early", p) in core.owners for p in range(3)), "owners opened on creation")
         assert [core.owners[("early", p)].epoch for p in range(3)] == [1, 1, 1]
 
         await core.topics.modify("early", lambda i: dataclasses.replace(i, partitions=5,
-                                                                       placement=spread("early", 5, 1)))
+                                                                       placement=spread("early", 5, [0])))
         await eventually(lambda: all(("early", p) in core.owners for p in range(5)), "added partitions opened")
 
         answer = await core.produce_many([("early", 4, bytearray(_one_record_batch(b"A")))], -1, 5000)
@@ -885,7 +885,7 @@ async def test_a_restarted_shard_opens_existing_partitions_only_when_used(tmp_pa
     """Restarting a shard that hosts thousands of partitions must not take every epoch at once: topics that
     already exist open on first use, as before."""
     async with _shard_core(tmp_path) as core:
-        await core.topics.create("old", 4, 1)
+        await core.topics.create("old", 4, [0])
         await eventually(lambda: len([k for k in core.owners if k[0] == "old"]) == 4, "owners opened on creation")
     async with _shard_core(tmp_path, fresh=False) as core:  # the same stores: "old" exists
         await asyncio.sleep(0.2)
@@ -898,7 +898,7 @@ async def test_a_topic_with_more_partitions_than_early_open_max_opens_them_on_us
     from kafscale.broker.owners import EARLY_OPEN_MAX
 
     async with _shard_core(tmp_path) as core:
-        await core.topics.create("huge", EARLY_OPEN_MAX + 1, 1)
+        await core.topics.create("huge", EARLY_OPEN_MAX + 1, [0])
         await asyncio.sleep(0.2)
         assert not [k for k in core.owners if k[0] == "huge"]
 
@@ -907,7 +907,7 @@ async def test_stopping_while_new_partitions_open_leaves_no_owner_behind(tmp_pat
     from kafscale.broker.owners import EARLY_OPEN_MAX
 
     async with _shard_core(tmp_path) as core:
-        await core.topics.create("many", EARLY_OPEN_MAX, 1)
+        await core.topics.create("many", EARLY_OPEN_MAX, [0])
         await asyncio.sleep(0)
         await core.stop()
         assert not core.owners and not core._opening
@@ -928,7 +928,7 @@ async def test_a_burst_of_first_uses_opens_at_most_opens_at_once_partitions_toge
 
     async with _shard_core(tmp_path) as core:
         count = OPENS_AT_ONCE * 2 + 10  # above EARLY_OPEN_MAX too: nothing opens before use
-        await core.topics.create("burst", count, 1)
+        await core.topics.create("burst", count, [0])
         txn = core.meta.txn
         owner_keys = {keys.owner("burst", p) for p in range(count)}
         running, most = 0, 0

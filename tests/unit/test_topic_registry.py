@@ -22,8 +22,8 @@ async def test_a_resync_after_a_watch_gap_drops_topics_deleted_meanwhile(tmp_pat
     heard: list[tuple[str, bool]] = []
     here.listeners.append(lambda name, old, new: heard.append((name, new is None)))
     try:
-        await there.create("kept", 1, 1)
-        await there.create("gone", 1, 1)
+        await there.create("kept", 1, [0])
+        await there.create("gone", 1, [0])
         for _ in range(200):
             if {"kept", "gone"} <= set(here.topics):
                 break
@@ -32,7 +32,7 @@ async def test_a_resync_after_a_watch_gap_drops_topics_deleted_meanwhile(tmp_pat
 
         await here.stop()  # the watch is down
         assert await there.delete("gone")
-        await there.create("new", 2, 1)
+        await there.create("new", 2, [0])
         await here.resync()
 
         assert sorted(here.topics) == ["kept", "new"]

@@ -34,8 +34,9 @@ def grow(broker: Broker, count: int) -> Any:
                                                          f" which is higher than the requested {count}.")
         if count == info.partitions:
             raise _Refused(ErrorCode.invalid_partitions, f"Topic already has {info.partitions} partitions.")
-        added = spread(info.name, count, len(broker.placement.shards), first=info.partitions)
-        return dataclasses.replace(info, partitions=count, placement=[*info.placement, *added])
+        added = spread(info.name, count, broker.placement.shard_ids(), first=info.partitions)
+        epochs = [*info.leader_epochs, *[0] * (count - len(info.leader_epochs))]
+        return dataclasses.replace(info, partitions=count, placement=[*info.placement, *added], leader_epochs=epochs)
     return change
 
 

@@ -21,7 +21,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     def locate(key: str) -> tuple[ErrorCode, Any]:
         if key_type != KEY_TYPE_GROUP:
             return ErrorCode.invalid_request, None
-        return ErrorCode.none, broker.placement.address(broker.placement.coordinator_of(key))
+        shard = broker.placement.address(broker.placement.coordinator_of(key))
+        if shard is None:  # its shard is gone: the controller is moving the group's slot
+            return ErrorCode.coordinator_not_available, None
+        return ErrorCode.none, shard
 
     if ctx.api_version >= 4:
         coordinators = []

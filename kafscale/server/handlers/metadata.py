@@ -1,4 +1,4 @@
-"""Metadata v0-v12: every shard is a broker; a partition's leader is the shard that owns it.
+"""Metadata v0-v12: every live shard is a broker; a partition's leader is the shard placement names.
 
 An answer for all topics is the same for every client until a topic or a shard changes, and at 10,000
 partitions building and encoding it holds this shard's event loop (and so its produce path) for ~50 ms.
@@ -40,9 +40,21 @@ async def resolve(broker: Broker, name: str, auto_create: bool) -> tuple[ErrorCo
     if not (auto_create and broker.config.auto_create_topics):
         return ErrorCode.unknown_topic_or_partition, None
     with contextlib.suppress(TopicExistsError):
-        await broker.topics.create(name, broker.config.default_partitions, len(broker.placement.shards))
+        await broker.topics.create(name, broker.config.default_partitions, broker.placement.shard_ids())
     # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
     return ErrorCode.none, await broker.topics.get(name)
+
+
+def partition(broker: Broker, mod: Any, info: TopicInfo, p: int) -> Any:
+    """A partition as Kafka shows it: one replica, its leader. A leader whose shard is gone (until the
+    controller moves the partition) is LEADER_NOT_AVAILABLE with no leader, so clients wait and ask again."""
+    leader = broker.placement.leader_of(info, p)
+    epoch = broker.placement.leader_epoch(info, p)
+    if not broker.placement.live(leader):
+        return make(mod.MetadataResponsePartition, error_code=ErrorCode.leader_not_available, partition_index=p,
+                    leader_id=-1, leader_epoch=epoch, replica_nodes=(leader,), isr_nodes=(), offline_replicas=(leader,))
+    return make(mod.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p, leader_id=leader,
+                leader_epoch=epoch, replica_nodes=(leader,), isr_nodes=(leader,), offline_replicas=())
 
 
 def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, str | None, TopicInfo | None]]) -> Any:
@@ -53,17 +65,7 @@ def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, s
     for code, name, info in answers:
         partitions = ()
         if info is not None:
-            leaders = [broker.placement.leader_of(info, p) for p in range(info.partitions)]
-            partitions = tuple(make(
-                mod.MetadataResponsePartition,
-                error_code=ErrorCode.none,
-                partition_index=p,
-                leader_id=leader,
-                leader_epoch=-1,
-                replica_nodes=(leader,),
-                isr_nodes=(leader,),
-                offline_replicas=(),
-            ) for p, leader in enumerate(leaders))
+            partitions = tuple(partition(broker, mod, info, p) for p in range(info.partitions))
         topics.append(make(
             mod.MetadataResponseTopic, error_code=code, name=name,
             topic_id=info.id if info else _ZERO_UUID, is_internal=False, partitions=partitions,

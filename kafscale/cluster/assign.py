@@ -1,0 +1,129 @@
+"""Where work should go: the controller's decisions as pure functions over an assignment.
+
+An assignment maps items (a topic's partition, or a group slot) to shard ids. Each function returns the
+moves that take it where it should be; the controller carries them out (kafscale.runtime.controller) and
+tests check the decisions without a cluster. Work is counted in items: partitions and group slots are
+balanced separately, each over the same shards.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    item: Hashable  # (topic, partition), or ("", slot) for a group slot
+    source: int
+    target: int
+
+
+def _counts(assignment: Mapping[Hashable, int], shards: Iterable[int]) -> Counter[int]:
+    counts: Counter[int] = Counter({s: 0 for s in shards})
+    for shard in assignment.values():
+        if shard in counts:
+            counts[shard] += 1
+    return counts
+
+
+def _least(counts: Counter[int]) -> int:
+    return min(counts, key=lambda s: (counts[s], s))
+
+
+def heal(assignment: Mapping[Hashable, int], live: Iterable[int], dead: set[int] | None = None) -> list[Move]:
+    """Items on dead shards (default: on any shard that is not live) go to the live shard with the fewest,
+    one at a time."""
+    counts = _counts(assignment, live)
+    if not counts:
+        return []
+    moves = []
+    for item, shard in sorted(assignment.items(), key=lambda kv: repr(kv[0])):
+        if shard not in counts if dead is None else shard in dead:
+            target = _least(counts)
+            counts[target] += 1
+            moves.append(Move(item, shard, target))
+    return moves
+
+
+def drain(assignment: Mapping[Hashable, int], leaving: set[int], remaining: Iterable[int]) -> list[Move]:
+    """Everything on the leaving shards goes to the remaining ones, fewest first."""
+    return heal({item: shard for item, shard in assignment.items()}, [s for s in remaining if s not in leaving])
+
+
+def balance(assignment: Mapping[Hashable, int], shards: Iterable[int]) -> list[Move]:
+    """The fewest moves that leave every shard within one item of every other (items on shards not
+    listed move too)."""
+    shards = list(shards)
+    final = dict(assignment)
+    for m in heal(assignment, shards):
+        final[m.item] = m.target
+    counts = _counts(final, shards)
+    if counts:
+        by_shard: dict[int, list[Hashable]] = {s: [] for s in shards}
+        for item, shard in sorted(final.items(), key=lambda kv: repr(kv[0])):
+            by_shard[shard].append(item)
+        while True:
+            most = max(counts, key=lambda s: (counts[s], -s))
+            least = _least(counts)
+            if counts[most] - counts[least] <= 1:
+                break
+            item = by_shard[most].pop()
+            by_shard[least].append(item)
+            counts[most] -= 1
+            counts[least] += 1
+            final[item] = least
+    return [Move(item, shard, final[item]) for item, shard in sorted(assignment.items(), key=lambda kv: repr(kv[0]))
+            if final[item] != shard]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """An alive Ray node as the controller sees it."""
+
+    id: str
+    ip: str
+    shards: int  # how many it should run
+
+
+@dataclass(frozen=True, slots=True)
+class ShardPlan:
+    keep: dict[int, str]  # shard id -> node id (adopted shards are moved to their new node here)
+    new: list[tuple[str, str, int]]  # (node id, node ip, port slot) for shards still to allocate
+    forget: list[int]  # shards of nodes that are gone, with nobody to take them over
+
+
+def plan_shards(nodes: list[Node], wanted: Mapping[int, tuple[str, str, int]]) -> ShardPlan:
+    """Which shards every alive node runs. wanted: shard id -> (node id, node ip, slot) as stored.
+
+    A node keeps its shards (surplus ones go, highest ids first). A node that needs more first adopts
+    shards of dead nodes at its own address (a restarted cluster on the same hosts keeps its broker ids,
+    so placement stays valid and nothing moves), then gets new ones at the lowest port slots free on its
+    address: on a real cluster every node serves the same ports, and nodes sharing one address (a test
+    cluster on 127.0.0.1) never collide.
+    """
+    alive = {n.id: n for n in nodes}
+    keep: dict[int, str] = {}
+    orphans = sorted(s for s, (node, _, _) in wanted.items() if node not in alive)
+    forget: list[int] = []
+    for node in nodes:
+        mine = sorted(s for s, (n, _, _) in wanted.items() if n == node.id)
+        for s in mine[:node.shards]:
+            keep[s] = node.id
+        forget += mine[node.shards:]
+    new: list[tuple[str, str, int]] = []
+    for node in nodes:
+        missing = node.shards - sum(1 for n in keep.values() if n == node.id)
+        for s in [s for s in orphans if wanted[s][1] == node.ip][:max(missing, 0)]:
+            keep[s] = node.id
+            orphans.remove(s)
+            missing -= 1
+        taken = {wanted[s][2] for s in keep if wanted[s][1] == node.ip} | {slot for _, ip, slot in new if ip == node.ip}
+        slot = 0
+        for _ in range(max(missing, 0)):
+            while slot in taken:
+                slot += 1
+            new.append((node.id, node.ip, slot))
+            taken.add(slot)
+    return ShardPlan(keep, new, sorted(forget + orphans))

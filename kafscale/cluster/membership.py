@@ -1,0 +1,188 @@
+"""A shard's membership of the cluster: its registration under a lease, and its view of who else is live.
+
+Registration: `cluster/brokers/{id}` is written under a lease of LEASE_TTL_S that the shard renews every
+KEEPALIVE_S. If the shard dies, or cannot reach the metadata store, the lease lapses, the key vanishes and
+the controller moves the shard's partitions and groups away.
+
+Serving is itself leased: the shard stops serving (`on_lost`) once SERVE_FRACTION of the TTL has passed
+since the start of its last successful renewal. The store counts the TTL from when that renewal arrived, so
+a cut-off shard has stopped before its key can vanish and before any successor is named: two shards never
+both serve one partition. It then registers again under a new lease.
+
+The view: every key under `cluster/` (live shards and the group slot map) is loaded, then followed by a
+watch, into the shard's Placement; `on_change` runs after each change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+
+from kafscale.cluster import keys
+from kafscale.cluster.placement import Placement, ShardAddress
+from kafscale.storage.metadata_store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 3.0
+KEEPALIVE_S = 0.75
+SERVE_FRACTION = 0.8
+RETRY_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRecord:
+    """A live shard as the cluster sees it (the value of cluster/brokers/{id})."""
+
+    id: int
+    host: str
+    port: int
+    node_id: str = ""
+    node_ip: str = ""
+    pid: int = 0
+    started_ms: int = 0
+
+    @property
+    def address(self) -> ShardAddress:
+        return ShardAddress(self.id, self.host, self.port)
+
+    @classmethod
+    def from_value(cls, v: dict[str, object]) -> BrokerRecord:
+        return cls(**{k: v[k] for k in cls.__dataclass_fields__ if k in v})  # type: ignore[arg-type]
+
+
+def apply_view(placement: Placement, brokers: dict[int, BrokerRecord], slots: list[int] | None) -> None:
+    placement.shards = sorted((b.address for b in brokers.values()), key=lambda s: s.id)
+    placement.group_slots = slots
+
+
+class Membership:
+    def __init__(self, meta: MetadataStore, placement: Placement, *, on_change: Callable[[], None],
+                 on_lost: Callable[[], Awaitable[None]]) -> None:
+        self.meta = meta
+        self.placement = placement
+        self.on_change = on_change
+        self.on_lost = on_lost
+        self.brokers: dict[int, BrokerRecord] = {}
+        self.slots: list[int] | None = None
+        self.record: BrokerRecord | None = None
+        self.lease = 0
+        self.serving = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._deadline: asyncio.TimerHandle | None = None
+
+    async def load(self) -> int:
+        """The view as the store holds it now; returns the revision to watch from."""
+        revision = await self.meta.revision()
+        brokers: dict[int, BrokerRecord] = {}
+        slots = None
+        for kv in await self.meta.range(keys.CLUSTER_PREFIX):
+            if kv.key.startswith(keys.BROKERS):
+                record = BrokerRecord.from_value(kv.value)
+                brokers[record.id] = record
+            elif kv.key == keys.GROUP_SLOTS:
+                slots = list(kv.value["slots"])
+        self.brokers, self.slots = brokers, slots
+        apply_view(self.placement, brokers, slots)
+        return revision + 1
+
+    async def start(self, record: BrokerRecord) -> None:
+        """Register (so the cluster sees this shard as live) and follow the cluster's view."""
+        self.record = record
+        revision = await self.load()
+        await self._register()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._follow(revision)), loop.create_task(self._keep_alive())]
+
+    async def stop(self) -> None:
+        """Leave: the key goes at once, so the controller moves this shard's work without waiting for a TTL."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._deadline is not None:
+            self._deadline.cancel()
+        if self.lease:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.meta.lease_revoke(self.lease), 2)
+            self.lease = 0
+        self.serving = False
+
+    async def _register(self) -> None:
+        assert self.record is not None
+        started = time.monotonic()
+        lease = await self.meta.lease_grant(LEASE_TTL_S)
+        await self.meta.put(keys.broker(self.record.id), asdict(self.record), lease=lease)
+        self.lease = lease
+        self._renewed(started)
+        self.serving = True
+        self.brokers[self.record.id] = self.record
+        apply_view(self.placement, self.brokers, self.slots)
+        log.info("shard %d registered at %s:%d (lease %x)", self.record.id, self.record.host, self.record.port, lease)
+
+    def _renewed(self, started: float) -> None:
+        """A renewal sent at `started` succeeded: serving is safe until SERVE_FRACTION of the TTL after it."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+        loop = asyncio.get_running_loop()
+        delay = started + LEASE_TTL_S * SERVE_FRACTION - time.monotonic()
+        self._deadline = loop.call_later(max(delay, 0), self._expired)
+
+    def _expired(self) -> None:
+        if not self.serving:
+            return
+        self.serving = False
+        log.warning("shard %s: lease not renewed in time; no longer serving until registered again",
+                    self.record.id if self.record else "?")
+        task = asyncio.get_running_loop().create_task(self.on_lost())
+        self._tasks.append(task)
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(KEEPALIVE_S)
+            started = time.monotonic()
+            try:
+                if self.serving:
+                    alive = await asyncio.wait_for(self.meta.lease_keepalive(self.lease), LEASE_TTL_S)
+                    if alive:
+                        self._renewed(started)
+                        continue
+                    self._expired()
+                await self._register()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the store is unreachable: the deadline timer fences us if this lasts
+                log.warning("shard %s: lease renewal failed: %s", self.record.id if self.record else "?", e)
+
+    async def _follow(self, revision: int) -> None:
+        while True:
+            try:
+                async for event in self.meta.watch(keys.CLUSTER_PREFIX, start_revision=revision):
+                    revision = event.mod_revision + 1
+                    if event.key.startswith(keys.BROKERS):
+                        shard_id = int(event.key[len(keys.BROKERS):])
+                        if event.type == "put":
+                            self.brokers[shard_id] = BrokerRecord.from_value(event.value)
+                        else:
+                            self.brokers.pop(shard_id, None)
+                    elif event.key == keys.GROUP_SLOTS:
+                        self.slots = list(event.value["slots"]) if event.type == "put" else None
+                    else:
+                        continue
+                    apply_view(self.placement, self.brokers, self.slots)
+                    self.on_change()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a gap (store down, history compacted): read the whole view again
+                log.warning("cluster watch interrupted: %s", e)
+                await asyncio.sleep(RETRY_S)
+                with contextlib.suppress(Exception):
+                    revision = await self.load()
+                    if self.record is not None and self.serving:
+                        self.brokers[self.record.id] = self.record
+                        apply_view(self.placement, self.brokers, self.slots)
+                    self.on_change()

@@ -1,0 +1,105 @@
+"""A multi-node Ray cluster on this one machine, every node on 127.0.0.1, for tests and benchmarks.
+
+Ray's own test helper (ray.cluster_utils.Cluster) starts each node's daemons from this process without
+making it a driver, so a `kafscale serve` child process can join the cluster with --ray-address. Killing
+a node SIGKILLs its daemons and the worker processes it started, as a machine's loss would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from typing import Any
+
+NODE_MEMORY = 80 * 1024 * 1024  # object store per node: the broker passes little through it
+
+
+def _ray_env() -> None:
+    # Read when Ray starts processes: loopback only, no token files, no usage reports.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+class RayTestCluster:
+    def __init__(self, nodes: int = 3, cpus_per_node: int = 1) -> None:
+        self.nodes = nodes
+        self.cpus = cpus_per_node
+        self.cluster: Any = None
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def start(self) -> RayTestCluster:
+        _ray_env()
+        from ray.cluster_utils import Cluster
+
+        args = {"node_ip_address": "127.0.0.1", "num_cpus": self.cpus, "object_store_memory": NODE_MEMORY}
+        self.cluster = Cluster(initialize_head=True, connect=False, head_node_args={**args, "include_dashboard": False})
+        for _ in range(self.nodes - 1):
+            self.add_node()
+        return self
+
+    def add_node(self, **labels: str) -> str:
+        node = self.cluster.add_node(node_ip_address="127.0.0.1", num_cpus=self.cpus, object_store_memory=NODE_MEMORY,
+                                     labels=labels or None)
+        return str(node.node_id)
+
+    def node_ids(self) -> list[str]:
+        return [str(n.node_id) for n in self.cluster.list_all_nodes()]
+
+    def head_id(self) -> str:
+        return str(self.cluster.head_node.node_id)
+
+    def kill_node(self, node_id: str) -> list[int]:
+        """SIGKILL a worker node: its daemons and every worker process its raylet started. Returns the pids."""
+        node = next(n for n in self.cluster.worker_nodes if n.node_id == node_id)
+        raylet = node.all_processes["raylet"][0].process.pid
+        victims = [raylet, *_descendants(raylet)]
+        victims += [p.process.pid for infos in node.all_processes.values() for p in infos]
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.cluster.remove_node(node, allow_graceful=False)
+        return victims
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.shutdown()
+            self.cluster = None
+
+    def __enter__(self) -> RayTestCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = open(f"/proc/{entry}/stat").read()  # noqa: SIM115 - /proc reads are one-shot
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())

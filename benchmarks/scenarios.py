@@ -27,6 +27,7 @@ from benchmarks.common import (
     metrics_delta,
     run_worker,
 )
+from benchmarks.metadata_scale import metadata_scale
 
 GiB = 1024 * MiB
 
@@ -533,6 +534,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "scale": scale,
     "group_rebalance": group_rebalance,
     "pipeline_read": pipeline_read,
+    "metadata_scale": metadata_scale,
 }
 
 ALIASES = {"e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup", "catch_up": "catchup"}

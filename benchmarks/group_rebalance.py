@@ -24,7 +24,6 @@ import statistics
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from kafscale.testing.serve_process import ServeProcess
 MEMBERS, PARTITIONS, TARGET_S = 10, 20, 1.0
 CLIENT_DEFAULT_HEARTBEAT_MS = 3000
 DESCRIBE_GROUPS = 15
+FIND_COORDINATOR = 10
 
 
 class Group:
@@ -68,21 +68,25 @@ class Coordinator:
 
     def __init__(self, serve: ServeProcess, group: str) -> None:
         self.group = group
-        port = serve.ports[zlib.crc32(group.encode()) % serve.shards]
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.frames = FrameBuffer()
         self.corr = 0
+        self.sock = socket.create_connection(("127.0.0.1", serve.ports[0]), timeout=10)
+        found = self._ask(FIND_COORDINATOR, 1, make(request_class(FIND_COORDINATOR, 1), key=group, key_type=0))
+        self.sock.close()
+        self.sock = socket.create_connection((found.host, found.port), timeout=10)
 
-    def stable_members(self) -> int:
-        """Members of the group if the coordinator says it is Stable, else -1."""
+    def _ask(self, api: int, version: int, request: Any) -> Any:
         self.corr += 1
-        request = make(request_class(DESCRIBE_GROUPS, 5), groups=(self.group,), include_authorized_operations=False)
         self.sock.sendall(encode_request(request, self.corr, "bench"))
         ready: list[bytes] = []
         while not ready:
             ready = self.frames.feed(self.sock.recv(1 << 16))
-        _, response = decode_response(DESCRIBE_GROUPS, 5, ready[0])
-        described = response.groups[0]
+        return decode_response(api, version, ready[0])[1]
+
+    def stable_members(self) -> int:
+        """Members of the group if the coordinator says it is Stable, else -1."""
+        request = make(request_class(DESCRIBE_GROUPS, 5), groups=(self.group,), include_authorized_operations=False)
+        described = self._ask(DESCRIBE_GROUPS, 5, request).groups[0]
         return len(described.members) if described.group_state == "Stable" else -1
 
     def close(self) -> None:

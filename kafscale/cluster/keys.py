@@ -5,7 +5,8 @@ topics/{name}                               {id, partitions, configs, created_ms
                                              leader_epochs: [epoch, ...]}   partition p is led by placement[p]
 cluster/brokers/{id}                        {id, host, port, node_id, node_ip, pid, started_ms}   under the
                                              shard's lease: present while the shard is alive and serving
-cluster/shards/{id}                         {id, node_id, node_ip, slot}   the shards the controller wants
+cluster/shards/{id}                         {id, node_id, node_ip, slot, host, port}   the shards the controller
+                                             wants (slot: which port of its address)
 cluster/next_shard_id                       next free shard id (shard ids are broker ids: never reused)
 cluster/groups                              {slots: [shard, ...], epochs: [epoch, ...]}   group coordination
 partitions/{topic}/{p}/owner                {epoch, shard}                      fencing token

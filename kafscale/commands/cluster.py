@@ -98,14 +98,14 @@ def _moves_text(moves: list[dict[str, Any]]) -> str:
 
 
 def stop(args: argparse.Namespace) -> int:
-    import ray
-
     from kafscale.commands.control import controller
     from kafscale.runtime.local_head import end_session
 
     head = head_file(args) if not args.ray_address else None
     ray_address(args)  # fails early with a clear message if there is nothing to stop
     with controller(args) as handle:
+        import ray  # only now: controller() sets what Ray reads at import
+
         ray.get(handle.stop.remote(), timeout=max(args.timeout, 90))
         ray.kill(handle, no_restart=True)
     if head is not None:  # a detached local head: it was ours to start, so it is ours to end

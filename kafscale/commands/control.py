@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,14 +53,22 @@ def controller(args: argparse.Namespace) -> Iterator[Any]:
     """The controller's actor handle, with this process attached to the cluster as a Ray driver."""
     address = ray_address(args)
     local = address.split(":")[0] in ("127.0.0.1", "localhost")
-    if local:  # read when Ray is imported: a driver on loopback stays there
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if local:  # read when Ray is imported: a driver on loopback stays there, as `kafscale serve` set it up
+        from kafscale.runtime.local_head import ray_environment
+
+        os.environ.update({k: v for k, v in ray_environment().items() if k.startswith("RAY_")})
     import ray
 
     from kafscale.runtime.controller import CONTROLLER_NAME
     from kafscale.runtime.serve import RAY_NAMESPACE
 
     extra = {"_node_ip_address": "127.0.0.1"} if local else {}
+    host, _, port = address.rpartition(":")
+    if port.isdigit():  # Ray would retry an unreachable GCS for minutes before saying so
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as e:
+            raise CommandError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
     try:
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, configure_logging=False, **extra)
     except Exception as e:
@@ -76,9 +85,9 @@ def controller(args: argparse.Namespace) -> Iterator[Any]:
 
 def call(args: argparse.Namespace, method: str, *params: Any) -> Any:
     """One controller call; its ValueError (a refused request) becomes the command's error."""
-    import ray
-
     with controller(args) as handle:
+        import ray  # only now: controller() sets what Ray reads at import
+
         try:
             return ray.get(getattr(handle, method).remote(*params), timeout=args.timeout)
         except ray.exceptions.RayTaskError as e:

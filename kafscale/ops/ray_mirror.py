@@ -3,7 +3,7 @@
 Every few seconds the shard's registry is read and the changes pushed: counters as counter increments,
 gauges as gauge values, histograms as their `_sum` and `_count` counters (rate(sum)/rate(count) is the
 mean latency). Names are the same as on /metrics; Ray's exporter prefixes them with `ray_`, and every
-series carries a `shard` tag. Periodic, not per request: Ray metric calls cost more than a counter.
+series carries `shard` and `node` tags. Periodic, not per request: Ray metric calls cost more than a counter.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ INTERVAL_S = 5.0
 
 
 class RayMirror:
-    def __init__(self, registry: CollectorRegistry, shard_id: int) -> None:
+    def __init__(self, registry: CollectorRegistry, shard_id: int, node: str = "") -> None:
         self.registry = registry
         self.shard = str(shard_id)
+        self.node = node
         self._metrics: dict[str, Any] = {}
         self._last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
 
@@ -31,7 +32,7 @@ class RayMirror:
         metric = self._metrics.get(name)
         if metric is None:
             cls = metrics.Counter if kind == "counter" else metrics.Gauge
-            metric = self._metrics[name] = cls(name, description=doc or name, tag_keys=(*labels, "shard"))
+            metric = self._metrics[name] = cls(name, description=doc or name, tag_keys=(*labels, "shard", "node"))
         return metric
 
     def push(self) -> int:
@@ -46,7 +47,7 @@ class RayMirror:
                 kind = "gauge" if family.type == "gauge" else "counter"
                 labels = tuple(sorted(sample.labels.items()))
                 metric = self._metric(kind, sample.name, family.documentation, tuple(k for k, _ in labels))
-                tags = {**dict(labels), "shard": self.shard}
+                tags = {**dict(labels), "shard": self.shard, "node": self.node}
                 if kind == "gauge":
                     metric.set(sample.value, tags=tags)
                 else:

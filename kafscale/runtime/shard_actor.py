@@ -95,12 +95,10 @@ class ShardActor:
         self._peers: dict[int, Peer] = {}
 
     def __repr__(self) -> str:
-        """What the Ray dashboard shows for this actor."""
-        host = self.host
-        if host is None:
-            return f"Shard(id={self.shard_id}, node={self.node_ip}, starting)"
-        return (f"Shard(id={self.shard_id}, node={self.node_ip}, listener={self.advertised_host}:{host.listener.port},"
-                f" partitions={len(host.core.owners)}, groups={len(host.core.groups.groups)})")
+        """The actor's name in the Ray dashboard and in log prefixes. Ray takes it once, after __init__, so it
+        says what does not change; what the shard serves is in its metrics and `kafscale cluster info`."""
+        port = self.port or "any"
+        return f"Shard(id={self.shard_id}, node={self.node_ip}, listener={self.advertised_host}:{port})"
 
     def _peer(self, shard_id: int) -> Peer:
         peer = self._peers.get(shard_id)
@@ -115,7 +113,8 @@ class ShardActor:
                          peers=self._peer, port=self.port, advertised_host=self.advertised_host)
         address = await host.start(node_id=ray.get_runtime_context().get_node_id(), node_ip=self.node_ip)
         self.host = host
-        mirror = RayMirror(host.metrics.registry, self.shard_id)  # the Ray dashboard's copy of the shard's metrics
+        # The Ray dashboard's copy of the shard's metrics, tagged with the shard and its node.
+        mirror = RayMirror(host.metrics.registry, self.shard_id, node=self.node_ip)
         self._ray_metrics = asyncio.get_running_loop().create_task(mirror.run())
         tune_gc_for_serving()
         return address

@@ -2,8 +2,9 @@
 
 A partition here never loses committed data (the object store is the only copy, and an offset is never
 reused), so no epoch ever ends before the high watermark: the answer for any known epoch is the high
-watermark, which tells a consumer its position is valid. Metadata reports leader epoch -1, so clients
-rarely ask; an undefined epoch (-1) gets Kafka's undefined answer (epoch -1, offset -1).
+watermark, which tells a consumer its position is valid. Clients ask after a leader change (Metadata
+reports each partition's leader epoch, which every move bumps); an undefined epoch (-1) gets Kafka's
+undefined answer (epoch -1, offset -1).
 """
 
 from __future__ import annotations

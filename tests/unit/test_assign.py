@@ -1,0 +1,105 @@
+"""The controller's decisions (kafscale.cluster.assign), as pure functions over assignments."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafscale.cluster.assign import Move, Node, balance, drain, heal, plan_shards
+from kafscale.cluster.placement import GROUP_SLOTS, Placement, ShardAddress, group_slot, spread
+from kafscale.cluster.topics import TopicInfo
+
+
+def parts(*shards: int) -> dict[tuple[str, int], int]:
+    return {("t", p): s for p, s in enumerate(shards)}
+
+
+def test_heal_moves_only_the_dead_shards_work_to_the_least_loaded_live_shards() -> None:
+    moves = heal(parts(0, 1, 2, 2, 1, 0, 2), live=[0, 1])
+    assert {m.item for m in moves} == {("t", 2), ("t", 3), ("t", 6)}
+    after = {**parts(0, 1, 2, 2, 1, 0, 2), **{m.item: m.target for m in moves}}
+    assert sorted(Counter(after.values()).values()) == [3, 4]
+
+
+def test_heal_with_an_explicit_dead_set_leaves_shards_in_their_start_up_grace_alone() -> None:
+    # Shard 3 is wanted but not registered yet: its work waits; shard 2 is dead.
+    moves = heal(parts(0, 2, 3), live=[0, 1], dead={2})
+    assert moves == [Move(("t", 1), 2, 1)]
+
+
+def test_heal_has_nowhere_to_go_without_live_shards() -> None:
+    assert heal(parts(0, 1), live=[]) == []
+
+
+def test_drain_empties_the_leaving_shards() -> None:
+    moves = drain(parts(0, 1, 2, 1, 1), leaving={1}, remaining=[0, 1, 2])
+    assert {m.item for m in moves} == {("t", 1), ("t", 3), ("t", 4)}
+    assert all(m.target in (0, 2) for m in moves)
+
+
+@given(st.lists(st.integers(0, 5), max_size=60), st.lists(st.integers(0, 7), min_size=1, max_size=6, unique=True))
+def test_balance_leaves_every_shard_within_one_item_with_one_move_per_moved_item(
+        placed: list[int], shards: list[int]) -> None:
+    assignment = parts(*placed)
+    moves = balance(assignment, shards)
+    assert len({m.item for m in moves}) == len(moves)
+    assert all(assignment[m.item] == m.source and m.source != m.target for m in moves)
+    after = {**assignment, **{m.item: m.target for m in moves}}
+    counts = Counter({s: 0 for s in shards}) + Counter(after.values())
+    assert set(after.values()) <= set(shards)
+    assert max(counts[s] for s in shards) - min(counts[s] for s in shards) <= 1
+
+
+def test_balance_of_an_even_assignment_moves_nothing() -> None:
+    assert balance(parts(0, 1, 2, 0, 1, 2), [0, 1, 2]) == []
+
+
+def test_every_node_gets_its_shards_at_distinct_port_slots_of_a_shared_address() -> None:
+    plan = plan_shards([Node("a", "127.0.0.1", 2), Node("b", "127.0.0.1", 1)], {})
+    assert plan.keep == {} and plan.forget == []
+    assert sorted(slot for _, _, slot in plan.new) == [0, 1, 2]
+    on_hosts = plan_shards([Node("a", "10.0.0.1", 2), Node("b", "10.0.0.2", 2)], {})
+    assert sorted((ip, slot) for _, ip, slot in on_hosts.new) == [("10.0.0.1", 0), ("10.0.0.1", 1),
+                                                                  ("10.0.0.2", 0), ("10.0.0.2", 1)]
+
+
+def test_a_restarted_cluster_on_the_same_hosts_keeps_its_shard_ids() -> None:
+    wanted = {0: ("old-a", "10.0.0.1", 0), 1: ("old-a", "10.0.0.1", 1), 2: ("old-b", "10.0.0.2", 0)}
+    plan = plan_shards([Node("new-a", "10.0.0.1", 2), Node("new-b", "10.0.0.2", 1)], wanted)
+    assert plan.keep == {0: "new-a", 1: "new-a", 2: "new-b"}
+    assert plan.new == [] and plan.forget == []
+
+
+def test_shards_of_a_lost_node_are_forgotten_and_a_new_node_gets_new_ones() -> None:
+    wanted = {0: ("a", "10.0.0.1", 0), 1: ("b", "10.0.0.2", 0)}
+    plan = plan_shards([Node("a", "10.0.0.1", 1), Node("c", "10.0.0.3", 1)], wanted)
+    assert plan.keep == {0: "a"} and plan.forget == [1] and plan.new == [("c", "10.0.0.3", 0)]
+
+
+def test_a_node_asked_for_fewer_shards_gives_up_its_highest_ids() -> None:
+    wanted = {0: ("a", "10.0.0.1", 0), 1: ("a", "10.0.0.1", 1), 2: ("a", "10.0.0.1", 2)}
+    plan = plan_shards([Node("a", "10.0.0.1", 1)], wanted)
+    assert plan.keep == {0: "a"} and plan.forget == [1, 2]
+
+
+def test_placement_reads_leaders_epochs_and_group_slots_from_data() -> None:
+    info = TopicInfo("t", uuid.uuid4(), 3, [4, 7, 4], leader_epochs=[0, 2, 1])
+    shards = [ShardAddress(4, "h", 1), ShardAddress(7, "h", 2)]
+    p = Placement(4, shards, group_slots=[7] * GROUP_SLOTS)
+    assert [p.leader_of(info, i) for i in range(3)] == [4, 7, 4]
+    assert [p.leader_epoch(info, i) for i in range(3)] == [0, 2, 1]
+    assert [p.leads(info, i) for i in range(3)] == [True, False, True]
+    assert p.coordinator_of("any-group") == 7 and not p.coordinates("any-group")
+    assert not p.live(9) and p.live(7)
+    moved = info.moved(1, 4)
+    assert (moved.placement, moved.leader_epochs) == ([4, 4, 4], [0, 3, 1])
+    lone = Placement(0, lone=True)
+    assert lone.leads(info, 1) and lone.coordinates("any-group") and lone.leader_of(info, 1) == 0
+
+
+def test_new_topics_spread_over_the_live_shard_ids_and_groups_over_all_slots() -> None:
+    assert sorted(Counter(spread("t", 9, [3, 8, 11])).items()) == [(3, 3), (8, 3), (11, 3)]
+    assert {group_slot(f"g{i}") for i in range(2000)} == set(range(GROUP_SLOTS))

@@ -37,7 +37,7 @@ class ConfigError(ValueError):
 @dataclass(slots=True)
 class BrokerConfig:
     listen: str = field(default="127.0.0.1:9092", metadata={
-        "help": "HOST:PORT every node's shards bind: shard k on an address listens on PORT+k"})
+        "help": "HOST:PORT every node's shards bind (HOST may be {node_ip}): shard k on an address listens on PORT+k"})
     advertised_host: str = field(default="", metadata={
         "help": "host clients are told to connect to; may hold {node_ip} (default: the bind host, or the node's IP"
                 " when binding 0.0.0.0; a Ray node label kafscale-advertised-host wins)"})
@@ -136,8 +136,13 @@ class BrokerConfig:
             return label
         if self.advertised_host:
             return self.advertised_host.replace("{node_ip}", node_ip)
-        host, _ = self.listen_host_port()
+        host = self.bind_host(node_ip)
         return node_ip if host in ("0.0.0.0", "::", "") else host
+
+    def bind_host(self, node_ip: str) -> str:
+        """The address a shard on that node listens on: --listen's host, where {node_ip} is the node's IP."""
+        host, _ = self.listen_host_port()
+        return host.replace("{node_ip}", node_ip)
 
     def etcd_endpoint_list(self) -> list[str]:
         return [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kafscale.commands.client import CommandError
+from kafscale.net import address_towards
 
 ENV_RAY_ADDRESS = "KAFSCALE_RAY_ADDRESS"
 
@@ -62,7 +63,8 @@ def controller(args: argparse.Namespace) -> Iterator[Any]:
     from kafscale.runtime.controller import CONTROLLER_NAME
     from kafscale.runtime.serve import RAY_NAMESPACE
 
-    extra = {"_node_ip_address": "127.0.0.1"} if local else {}
+    node_ip = address_towards(address)  # the node this driver runs on, as the cluster knows it
+    extra = {"_node_ip_address": node_ip} if node_ip else {}
     host, _, port = address.rpartition(":")
     if port.isdigit():  # Ray would retry an unreachable GCS for minutes before saying so
         try:

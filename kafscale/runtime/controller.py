@@ -10,8 +10,9 @@ Each round (every RECONCILE_S, and at once when a shard's lease lapses):
 1. nodes: alive nodes get their shards, shards of dead nodes are forgotten (and their actors ended);
 2. actors: every wanted shard has its actor, started (start() is idempotent; Ray restarts a crashed one);
 3. healing: partitions and group slots whose shard is gone move to the live shards with the least work, at a
-   new leader epoch. A shard is gone when its node is, or its lease lapsed after it was seen live; one that
-   never registered gets STARTUP_GRACE_S.
+   new leader epoch. A shard is gone when it holds no lease and either its node is gone or its lease lapsed
+   after it was seen live; one that never registered gets STARTUP_GRACE_S (RESTARTED_GRACE_S when this
+   controller restarted into a running cluster).
 
 Planned moves (move, rebalance, drain) hand off: the old shard flushes, commits and lets go, then placement
 names the new one, which opens at a higher epoch with the producer state its predecessor committed.
@@ -43,7 +44,8 @@ log = logging.getLogger(__name__)
 CONTROLLER_NAME = "kafscale-controller"
 METADATA_ACTOR_NAME = "kafscale-metadata"
 RECONCILE_S = 1.0
-STARTUP_GRACE_S = 30.0
+STARTUP_GRACE_S = 30.0  # a wanted shard that never registered is given this long before its work moves
+RESTARTED_GRACE_S = 6.0  # after a controller restart, for shards not live at its first round
 RELEASE_TIMEOUT_S = 15.0
 ADVERTISED_HOST_LABEL = "kafscale-advertised-host"
 SHARDS_LABEL = "kafscale-shards"
@@ -126,8 +128,13 @@ class Controller:
         live = await store.live_shards(meta)
         self.live = set(live)
         now = time.monotonic()
+        # This controller has just (re)started while the cluster runs: a shard missing now died meanwhile,
+        # and gets only the time a restarting process needs, not the grace of a cluster starting up.
+        restarted = self.rounds == 0 and bool(live)
         for shard in wanted.values():
             self._actor(shard)
+            if restarted and shard.id not in live:
+                self.missing_since.setdefault(shard.id, now - STARTUP_GRACE_S + RESTARTED_GRACE_S)
             if shard.id in live:
                 self.seen_live.add(shard.id)
                 self.missing_since.pop(shard.id, None)
@@ -243,7 +250,9 @@ class Controller:
         infos = await store.topics(meta)
         parts = store.partition_assignment(infos)
         slots = store.slot_assignment(await store.group_slots(meta))
-        gone = self._dead(wanted) | ({s for s in set(parts.values()) | set(slots.values())} - set(wanted))
+        # Never a shard that holds a lease, even if Ray has declared its node dead: until the lease lapses it
+        # may still serve, and two shards must never both lead a partition.
+        gone = (self._dead(wanted) | ({s for s in set(parts.values()) | set(slots.values())} - set(wanted))) - self.live
         moves = heal(parts, self.live, gone) + heal(slots, self.live, gone)
         if moves:
             done = await store.write_moves(meta, moves)

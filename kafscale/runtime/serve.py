@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kafscale.config import BrokerConfig
+from kafscale.net import address_towards
 from kafscale.runtime.local_head import LocalRayHead, ray_environment
 
 log = logging.getLogger("kafscale.serve")
@@ -44,8 +45,8 @@ def _start_ray(config: BrokerConfig) -> LocalRayHead | None:
             log.info("Ray dashboard: http://127.0.0.1:%d", config.dashboard_port)
         if config.detach:
             Path(config.data_dir, HEAD_FILE).write_text(json.dumps({"address": address, "pgid": head.pgid}))
-    local = head is not None or address.split(":")[0] in ("127.0.0.1", "localhost")
-    extra = {"_node_ip_address": "127.0.0.1"} if local else {}
+    node_ip = "127.0.0.1" if head is not None else address_towards(address)
+    extra = {"_node_ip_address": node_ip} if node_ip else {}
     ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=not config.detach, configure_logging=False,
              **extra)
     return head

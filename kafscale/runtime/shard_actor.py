@@ -110,7 +110,8 @@ class ShardActor:
     async def _start(self) -> ShardAddress:
         meta = open_metadata_store(self.config, self.metadata_actor, self.ray_namespace)
         host = ShardHost(self.shard_id, self.config, meta=meta, objects=open_object_store(self.config),
-                         peers=self._peer, port=self.port, advertised_host=self.advertised_host)
+                         peers=self._peer, port=self.port, advertised_host=self.advertised_host,
+                         bind_host=self.config.bind_host(self.node_ip))
         address = await host.start(node_id=ray.get_runtime_context().get_node_id(), node_ip=self.node_ip)
         self.host = host
         # The Ray dashboard's copy of the shard's metrics, tagged with the shard and its node.

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class ShardHost:
     def __init__(self, shard_id: int, config: BrokerConfig, *, meta: MetadataStore, objects: ObjectStore,
                  shards: list[ShardAddress] | None = None, peers: Peers | None = None,
-                 port: int | None = None, advertised_host: str | None = None) -> None:
+                 port: int | None = None, advertised_host: str | None = None, bind_host: str | None = None) -> None:
         self.shard_id = shard_id
         self.config = config
         self._advertised_host = advertised_host or config.advertised_host or None
@@ -42,6 +42,7 @@ class ShardHost:
         self.router = build_router(self.core)
         self.router.observe = self.metrics.observe_request
         host, config_port = config.listen_host_port()
+        host = bind_host or host
         mine = self.core.placement.address(shard_id)
         if port is None:
             port = mine.port if mine else config_port

@@ -49,12 +49,12 @@ class _PortTaken(Exception):
     pass
 
 
-def _free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (all probed at once, so no two are the same)."""
+def _free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct free ports on host (all probed at once, so no two are the same)."""
     socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
     try:
         for s in socks:
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
@@ -75,10 +75,12 @@ class EtcdServer:
     data, which is what a client sees when its etcd is restarted.
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str], *, name: str = "kafscale-test") -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], *, name: str = "kafscale-test",
+                 host: str = "127.0.0.1") -> None:
         self.data_dir = Path(data_dir)
         self.name = name
-        self.client_port, self.peer_port, self.metrics_port = _free_ports(3)
+        self.host = host  # loopback, or the address of a test network the test made itself
+        self.client_port, self.peer_port, self.metrics_port = _free_ports(3, host)
         self.started = False  # once it has served, its ports are its address and are never changed
         self.binary = find_etcd_binary()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -86,15 +88,15 @@ class EtcdServer:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
     def _command(self) -> list[str]:
-        client = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        client = f"http://{self.host}:{self.client_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         return [
             self.binary,
             "--name", self.name,
@@ -104,7 +106,7 @@ class EtcdServer:
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"{self.name}={peer}",
-            "--listen-metrics-urls", f"http://127.0.0.1:{self.metrics_port}",
+            "--listen-metrics-urls", f"http://{self.host}:{self.metrics_port}",
             "--heartbeat-interval", str(_HEARTBEAT_MS),
             "--election-timeout", str(_ELECTION_MS),
             "--log-level", "warn",
@@ -143,7 +145,7 @@ class EtcdServer:
             )
 
     def _wait_healthy(self, timeout: float, log_offset: int) -> None:
-        url = f"http://127.0.0.1:{self.client_port}/health"
+        url = f"http://{self.host}:{self.client_port}/health"
         deadline = time.monotonic() + timeout
         proc = self._proc
         assert proc is not None

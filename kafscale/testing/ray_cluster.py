@@ -10,8 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kafscale.testing.netns import TestHost
 
 NODE_MEMORY = 80 * 1024 * 1024  # object store per node: the broker passes little through it
 
@@ -24,10 +30,12 @@ def _ray_env() -> None:
 
 
 class RayTestCluster:
-    def __init__(self, nodes: int = 3, cpus_per_node: int = 1) -> None:
+    def __init__(self, nodes: int = 3, cpus_per_node: int = 1, ip: str = "127.0.0.1") -> None:
         self.nodes = nodes
         self.cpus = cpus_per_node
+        self.ip = ip  # loopback, or the root side of a test network (kafscale.testing.netns)
         self.cluster: Any = None
+        self._outside: list[subprocess.Popen[bytes]] = []
 
     @property
     def address(self) -> str:
@@ -37,16 +45,43 @@ class RayTestCluster:
         _ray_env()
         from ray.cluster_utils import Cluster
 
-        args = {"node_ip_address": "127.0.0.1", "num_cpus": self.cpus, "object_store_memory": NODE_MEMORY}
+        args = {"node_ip_address": self.ip, "num_cpus": self.cpus, "object_store_memory": NODE_MEMORY}
         self.cluster = Cluster(initialize_head=True, connect=False, head_node_args={**args, "include_dashboard": False})
         for _ in range(self.nodes - 1):
             self.add_node()
         return self
 
     def add_node(self, **labels: str) -> str:
-        node = self.cluster.add_node(node_ip_address="127.0.0.1", num_cpus=self.cpus, object_store_memory=NODE_MEMORY,
+        node = self.cluster.add_node(node_ip_address=self.ip, num_cpus=self.cpus, object_store_memory=NODE_MEMORY,
                                      labels=labels or None)
         return str(node.node_id)
+
+    def add_node_in(self, host: TestHost, timeout: float = 60) -> None:
+        """A node inside a test host's network namespace, at its own IP (`ray start`: Ray's test helper can
+        only start nodes in this namespace). It ends with stop()."""
+        env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1")  # `ray start` refuses to join otherwise
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        command = host.command(ray_bin, "start", f"--address={self.address}", f"--node-ip-address={host.node_ip}",
+                               f"--num-cpus={self.cpus}", f"--object-store-memory={NODE_MEMORY}", "--block",
+                               "--disable-usage-stats")
+        proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        self._outside.append(proc)
+        deadline = time.monotonic() + timeout
+        while not any(n["NodeManagerAddress"] == host.node_ip and n["Alive"] for n in self.alive_nodes()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Ray node in {host.name} did not join")
+            time.sleep(0.5)
+
+    def alive_nodes(self) -> list[dict[str, Any]]:
+        """Ray's node table, read from the GCS without becoming a driver."""
+        from ray._private.state import GlobalState
+        from ray._raylet import GcsClientOptions
+
+        state = GlobalState()
+        state._initialize_global_state(GcsClientOptions.create(self.address, None, allow_cluster_id_nil=True,
+                                                              fetch_cluster_id_if_nil=False))
+        return [n for n in state.node_table() if n["Alive"]]
 
     def node_ids(self) -> list[str]:
         return [str(n.node_id) for n in self.cluster.list_all_nodes()]
@@ -67,6 +102,10 @@ class RayTestCluster:
         return victims
 
     def stop(self) -> None:
+        for proc in self._outside:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        self._outside.clear()
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 self.cluster.shutdown()

@@ -115,7 +115,7 @@ class MotoS3Server(_S3Server):
     anywhere in the process intercepts every boto3 call, including those meant for this server.
     """
 
-    def __init__(self, *, quiet: bool = True) -> None:
+    def __init__(self, *, quiet: bool = True, host: str = _HOST) -> None:
         from moto.server import ThreadedMotoServer
 
         if quiet:
@@ -123,7 +123,7 @@ class MotoS3Server(_S3Server):
             logging.getLogger("werkzeug").setLevel(logging.ERROR)
         # Port 0: the OS picks a free port at bind time, so no other process can take it first.
         # (Asking for a taken port would not fail: ThreadedMotoServer.start() waits forever.)
-        self._server = ThreadedMotoServer(ip_address=_HOST, port=0, verbose=False)
+        self._server = ThreadedMotoServer(ip_address=host, port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.port = port

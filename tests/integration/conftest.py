@@ -173,8 +173,8 @@ def nested_request(api_key: int, name: str, /, **fields: Any) -> Any:
 class KafkaWire:
     """One connection speaking raw requests; responses are matched by correlation id."""
 
-    def __init__(self, port: int, timeout: float = 30.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.frames = FrameBuffer()
         self.ready: list[bytes] = []
         self._next_corr = 1

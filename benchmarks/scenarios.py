@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.cluster import cluster
 from benchmarks.common import (
     REPO,
     Broker,
@@ -535,6 +536,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "group_rebalance": group_rebalance,
     "pipeline_read": pipeline_read,
     "metadata_scale": metadata_scale,
+    "cluster": cluster,
 }
 
 ALIASES = {"e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup", "catch_up": "catchup"}

@@ -201,6 +201,9 @@ def test_planned_moves_of_busy_partitions_and_a_group_lose_and_duplicate_nothing
         cluster_serve: ServeProcess, ray_cluster: RayTestCluster) -> None:
     create_topic(cluster_serve.bootstrap, "moving", 4)
     traffic = Traffic(cluster_serve.bootstrap, "moving", 4).start()
+    members = [GroupMember(cluster_serve.bootstrap, "moving", "moving-group") for _ in range(2)]
+    for m in members:
+        m.start()
     time.sleep(2)
     info = layout(ray_cluster)
     shards = sorted(s["id"] for n in info["nodes"] for s in n["shards"])
@@ -226,7 +229,13 @@ def test_planned_moves_of_busy_partitions_and_a_group_lose_and_duplicate_nothing
     assert drained["partitions"] == [] and drained["group_slots"] == []
     pauses = sorted(traffic.longest_pause(started, ended).values())
     print(f"produce pause per partition during moves: {[round(p, 3) for p in pauses]} s")
-    assert_exactly_once(traffic, read_all(cluster_serve.bootstrap, "moving", 4, len(traffic.acked)))
+    stored = read_all(cluster_serve.bootstrap, "moving", 4, len(traffic.acked))
+    assert_exactly_once(traffic, stored)
+    # The group's coordinator moved with the drain (every slot left the drained shard): its members go on.
+    assert wait_until(lambda: set().union(*(m.seen for m in members)) >= set(stored.values()), 60), \
+        "the group did not consume every record across the moves"
+    for m in members:
+        m.stop()
 
 
 def test_a_killed_node_is_healed_in_seconds_and_nothing_acknowledged_is_lost(
@@ -268,7 +277,10 @@ def test_a_killed_node_is_healed_in_seconds_and_nothing_acknowledged_is_lost(
     assert before, "the group committed nothing before the kill"
     rewound = [(p, o) for m in members for t, p, o in m.received if t > killed_at and o < before.get(p, 0)]
     assert not rewound, f"members read again from before the group's committed offsets: {rewound[:5]}"
-    ray_cluster.add_node()  # the module's later tests get their three nodes back
+    # A node that joins gets its shard (and the module's later tests get their three nodes back).
+    joined = ray_cluster.add_node()
+    assert wait_until(lambda: any(s["live"] for s in shards_by_node(layout(ray_cluster)).get(joined, [])), 60), \
+        "the new node got no live shard"
 
 
 def test_the_controller_killed_comes_back_and_the_data_path_never_waits_for_it(

@@ -97,3 +97,14 @@ def test_partitions_per_shard_is_accepted_but_deprecated(tmp_path: Path, caplog:
     with caplog.at_level("WARNING", logger="kafscale.config"):
         load(_args(), environ={})
     assert "deprecated" not in caplog.text
+
+
+def test_serve_refuses_a_local_object_store_on_a_multi_node_cluster_unless_it_is_shared() -> None:
+    from kafscale.runtime.serve import ServeError, check_cluster
+
+    nodes = [{"Alive": True}, {"Alive": True}, {"Alive": False}]
+    with pytest.raises(ServeError, match="other nodes cannot read: give --s3-bucket"):
+        check_cluster(load(_args(), environ={}), nodes)
+    check_cluster(load(_args("--shared-data-dir"), environ={}), nodes)
+    check_cluster(load(_args("--s3-bucket", "b"), environ={}), nodes)
+    check_cluster(load(_args(), environ={}), nodes[:1])  # one node: the local directory is fine

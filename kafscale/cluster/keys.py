@@ -9,6 +9,7 @@ cluster/shards/{id}                         {id, node_id, node_ip, slot, host, p
                                              wants (slot: which port of its address)
 cluster/next_shard_id                       next free shard id (shard ids are broker ids: never reused)
 cluster/groups                              {slots: [shard, ...], epochs: [epoch, ...]}   group coordination
+cluster/draining                            {shards: [id, ...]}   drained shards: no new work goes there
 partitions/{topic}/{p}/owner                {epoch, shard}                      fencing token
 partitions/{topic}/{p}/state                {next_offset, log_start_offset, epoch}
 partitions/{topic}/{p}/segments/{base:020d} {base, last, size, records, min_ts, max_ts, crc, created_ms,
@@ -35,6 +36,7 @@ BROKERS = "cluster/brokers/"
 SHARDS = "cluster/shards/"
 NEXT_SHARD_ID = "cluster/next_shard_id"
 GROUP_SLOTS = "cluster/groups"
+DRAINING = "cluster/draining"
 
 
 def broker(shard_id: int) -> str:

@@ -55,9 +55,11 @@ class BrokerRecord:
         return cls(**{k: v[k] for k in cls.__dataclass_fields__ if k in v})  # type: ignore[arg-type]
 
 
-def apply_view(placement: Placement, brokers: dict[int, BrokerRecord], slots: list[int] | None) -> None:
+def apply_view(placement: Placement, brokers: dict[int, BrokerRecord], slots: list[int] | None,
+               draining: set[int] | None = None) -> None:
     placement.shards = sorted((b.address for b in brokers.values()), key=lambda s: s.id)
     placement.group_slots = slots
+    placement.draining = set(draining or ())
 
 
 class Membership:
@@ -69,6 +71,7 @@ class Membership:
         self.on_lost = on_lost
         self.brokers: dict[int, BrokerRecord] = {}
         self.slots: list[int] | None = None
+        self.draining: set[int] = set()
         self.record: BrokerRecord | None = None
         self.lease = 0
         self.serving = False
@@ -80,14 +83,17 @@ class Membership:
         revision = await self.meta.revision()
         brokers: dict[int, BrokerRecord] = {}
         slots = None
+        self.draining = set()
         for kv in await self.meta.range(keys.CLUSTER_PREFIX):
             if kv.key.startswith(keys.BROKERS):
                 record = BrokerRecord.from_value(kv.value)
                 brokers[record.id] = record
             elif kv.key == keys.GROUP_SLOTS:
                 slots = list(kv.value["slots"])
+            elif kv.key == keys.DRAINING:
+                self.draining = set(kv.value["shards"])
         self.brokers, self.slots = brokers, slots
-        apply_view(self.placement, brokers, slots)
+        apply_view(self.placement, brokers, slots, self.draining)
         return revision + 1
 
     async def start(self, record: BrokerRecord) -> None:
@@ -121,7 +127,7 @@ class Membership:
         self._renewed(started)
         self.serving = True
         self.brokers[self.record.id] = self.record
-        apply_view(self.placement, self.brokers, self.slots)
+        apply_view(self.placement, self.brokers, self.slots, self.draining)
         log.info("shard %d registered at %s:%d (lease %x)", self.record.id, self.record.host, self.record.port, lease)
 
     def _renewed(self, started: float) -> None:
@@ -171,9 +177,11 @@ class Membership:
                             self.brokers.pop(shard_id, None)
                     elif event.key == keys.GROUP_SLOTS:
                         self.slots = list(event.value["slots"]) if event.type == "put" else None
+                    elif event.key == keys.DRAINING:
+                        self.draining = set(event.value["shards"]) if event.type == "put" else set()
                     else:
                         continue
-                    apply_view(self.placement, self.brokers, self.slots)
+                    apply_view(self.placement, self.brokers, self.slots, self.draining)
                     self.on_change()
             except asyncio.CancelledError:
                 raise
@@ -184,5 +192,5 @@ class Membership:
                     revision = await self.load()
                     if self.record is not None and self.serving:
                         self.brokers[self.record.id] = self.record
-                        apply_view(self.placement, self.brokers, self.slots)
+                        apply_view(self.placement, self.brokers, self.slots, self.draining)
                     self.on_change()

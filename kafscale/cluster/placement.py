@@ -56,9 +56,14 @@ class Placement:
         self.shards: list[ShardAddress] = sorted(shards or [], key=lambda s: s.id)
         self.lone = lone  # no peers: this shard serves every partition and group
         self.group_slots = group_slots  # None: not written yet; groups hash over the live shards
+        self.draining: set[int] = set()  # drained (`kafscale cluster drain`): new topics avoid them
 
     def shard_ids(self) -> list[int]:
         return [s.id for s in self.shards] or [self.shard_id]
+
+    def accepting_ids(self) -> list[int]:
+        """The shards new partitions go to: the live ones that are not being drained."""
+        return [i for i in self.shard_ids() if i not in self.draining] or self.shard_ids()
 
     def address(self, shard_id: int) -> ShardAddress | None:
         return next((s for s in self.shards if s.id == shard_id), None)

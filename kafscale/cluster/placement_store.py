@@ -66,6 +66,15 @@ async def allocate_shard_id(meta: MetadataStore) -> int:
             return current
 
 
+async def draining(meta: MetadataStore) -> set[int]:
+    kv = await meta.get(keys.DRAINING)
+    return set(kv.value["shards"]) if kv else set()
+
+
+async def set_draining(meta: MetadataStore, shards: set[int]) -> None:
+    await meta.put(keys.DRAINING, {"shards": sorted(shards)})
+
+
 async def topics(meta: MetadataStore) -> dict[str, TopicInfo]:
     return {kv.key[len(keys.TOPICS):]: TopicInfo.from_value(kv.key[len(keys.TOPICS):], kv.value)
             for kv in await meta.range(keys.TOPICS)}

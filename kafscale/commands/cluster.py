@@ -77,7 +77,7 @@ def cluster_layout(args: argparse.Namespace) -> int:
         for node in d["nodes"]:
             lines.append(f"node {node['node_ip']} ({node['node_id'][:12] or 'gone'})")
             for s in node["shards"]:
-                state = "live" if s["live"] else "NOT LIVE"
+                state = ("live" if s["live"] else "NOT LIVE") + (", drained" if s.get("draining") else "")
                 lines.append(f"  shard {s['id']} at {s['host']}:{s['port']} ({state}): {len(s['partitions'])}"
                              f" partition(s), {len(s['groups'])} group(s) in {len(s['group_slots'])} slot(s)")
                 if s["partitions"]:

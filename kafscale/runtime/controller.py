@@ -190,6 +190,8 @@ class Controller:
             await store.want(meta, shard)
             wanted[shard.id] = shard
             log.info("controller: shard %d on node %s (%s), port slot %d", shard.id, ip, node_id[:8], slot)
+        if plan.forget and (drained := await store.draining(meta)) & set(plan.forget):
+            await store.set_draining(meta, drained - set(plan.forget))  # gone: drained for good
         for shard_id in plan.forget:
             log.warning("controller: shard %d's node is gone; its work moves to live shards", shard_id)
             await store.forget(meta, shard_id)
@@ -253,7 +255,8 @@ class Controller:
         # Never a shard that holds a lease, even if Ray has declared its node dead: until the lease lapses it
         # may still serve, and two shards must never both lead a partition.
         gone = (self._dead(wanted) | ({s for s in set(parts.values()) | set(slots.values())} - set(wanted))) - self.live
-        moves = heal(parts, self.live, gone) + heal(slots, self.live, gone)
+        targets = (self.live - await store.draining(meta)) or self.live
+        moves = heal(parts, targets, gone) + heal(slots, targets, gone)
         if moves:
             done = await store.write_moves(meta, moves)
             log.warning("controller: healed %d partitions and group slots of shards %s", len(done),
@@ -301,8 +304,10 @@ class Controller:
         return (await self._hand_off([Move((topic, partition), source, target)]))[0]
 
     async def rebalance(self) -> list[dict[str, Any]]:
-        """`kafscale cluster rebalance`: partitions and group slots even over the live shards."""
+        """`kafscale cluster rebalance`: partitions and group slots even over the live shards (drained ones
+        included again: a drained node that stayed up is back in use)."""
         meta = await self._store()
+        await store.set_draining(meta, set())
         live = sorted(await store.live_shards(meta))
         moves = (balance(store.partition_assignment(await store.topics(meta)), live)
                  + balance(store.slot_assignment(await store.group_slots(meta)), live))
@@ -316,9 +321,13 @@ class Controller:
                                                                                b.node_id.startswith(node))}
         if not leaving:
             raise ValueError(f"no live shard on node {node}")
-        remaining = [s for s in live if s not in leaving]
+        drained = await store.draining(meta)
+        remaining = [s for s in live if s not in leaving and s not in drained]
         if not remaining:
-            raise ValueError(f"node {node} runs every live shard: there is nowhere to move its work")
+            raise ValueError(f"node {node} runs every live shard that is not drained: there is nowhere to move"
+                             " its work")
+        # First: nothing new lands there (new topics, healing) while its work moves off.
+        await store.set_draining(meta, drained | leaving)
         moves = (drain(store.partition_assignment(await store.topics(meta)), leaving, remaining)
                  + drain(store.slot_assignment(await store.group_slots(meta)), leaving, remaining))
         return await self._hand_off(moves)
@@ -354,6 +363,7 @@ class Controller:
         live = await store.live_shards(meta)
         infos = await store.topics(meta)
         slots = await store.group_slots(meta) or []
+        drained = await store.draining(meta)
         groups = [kv.key[len(keys.GROUPS):] for kv in await meta.range(keys.GROUPS)]
         from urllib.parse import unquote
 
@@ -365,7 +375,8 @@ class Controller:
                 where = b or w
                 shards[s] = {"id": s, "node_id": where.node_id if where else "",
                              "node_ip": where.node_ip if where else "", "host": where.host if where else "",
-                             "port": where.port if where else 0, "live": b is not None, "partitions": [],
+                             "port": where.port if where else 0, "live": b is not None, "draining": s in drained,
+                             "partitions": [],
                              "group_slots": [], "groups": []}
             return shards[s]
 

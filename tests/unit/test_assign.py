@@ -100,6 +100,14 @@ def test_placement_reads_leaders_epochs_and_group_slots_from_data() -> None:
     assert lone.leads(info, 1) and lone.coordinates("any-group") and lone.leader_of(info, 1) == 0
 
 
+def test_new_partitions_avoid_drained_shards_unless_every_shard_is_drained() -> None:
+    p = Placement(0, [ShardAddress(i, "h", 9092 + i) for i in range(3)])
+    p.draining = {1}
+    assert p.accepting_ids() == [0, 2]
+    p.draining = {0, 1, 2}
+    assert p.accepting_ids() == [0, 1, 2]
+
+
 def test_new_topics_spread_over_the_live_shard_ids_and_groups_over_all_slots() -> None:
     assert sorted(Counter(spread("t", 9, [3, 8, 11])).items()) == [(3, 3), (8, 3), (11, 3)]
     assert {group_slot(f"g{i}") for i in range(2000)} == set(range(GROUP_SLOTS))

@@ -34,7 +34,7 @@ def grow(broker: Broker, count: int) -> Any:
                                                          f" which is higher than the requested {count}.")
         if count == info.partitions:
             raise _Refused(ErrorCode.invalid_partitions, f"Topic already has {info.partitions} partitions.")
-        added = spread(info.name, count, broker.placement.shard_ids(), first=info.partitions)
+        added = spread(info.name, count, broker.placement.accepting_ids(), first=info.partitions)
         epochs = [*info.leader_epochs, *[0] * (count - len(info.leader_epochs))]
         return dataclasses.replace(info, partitions=count, placement=[*info.placement, *added], leader_epochs=epochs)
     return change

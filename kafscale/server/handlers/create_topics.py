@@ -37,7 +37,7 @@ async def create(broker: Broker, topic: Any, validate_only: bool) -> tuple[Error
     if problem:
         return ErrorCode.invalid_config, problem, None
     try:
-        info = await broker.topics.create(name, partitions, broker.placement.shard_ids(), configs, validate_only)
+        info = await broker.topics.create(name, partitions, broker.placement.accepting_ids(), configs, validate_only)
     except TopicExistsError:
         return ErrorCode.topic_already_exists, f"topic {name!r} already exists", None
     return ErrorCode.none, None, info

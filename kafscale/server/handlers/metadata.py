@@ -40,7 +40,7 @@ async def resolve(broker: Broker, name: str, auto_create: bool) -> tuple[ErrorCo
     if not (auto_create and broker.config.auto_create_topics):
         return ErrorCode.unknown_topic_or_partition, None
     with contextlib.suppress(TopicExistsError):
-        await broker.topics.create(name, broker.config.default_partitions, broker.placement.shard_ids())
+        await broker.topics.create(name, broker.config.default_partitions, broker.placement.accepting_ids())
     # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
     return ErrorCode.none, await broker.topics.get(name)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from confluent_kafka import Producer
 
 from kafscale.testing.ports import free_port
 from kafscale.testing.ray_cluster import wait_until
+from kafscale.testing.serve_process import ServeProcess
 
 
 def kafscale(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -88,3 +90,24 @@ def _group_alive(pgid: int) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def test_the_embedded_metadata_actor_killed_is_restarted_and_nothing_acknowledged_is_lost(tmp_path: Path) -> None:
+    from tests.cluster.test_multinode import Traffic, assert_exactly_once, create_topic, read_all
+
+    with ServeProcess(tmp_path / "data", shards=2, extra_args=["--flush-interval-ms", "20"]) as serve:
+        create_topic(serve.bootstrap, "meta-kill", 2)
+        traffic = Traffic(serve.bootstrap, "meta-kill", 2).start()
+        time.sleep(2)
+        actors = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
+                                                                   text=True).stdout.splitlines()
+                  if "ray::MetadataStoreActor" in line]
+        assert len(actors) == 1, f"expected this broker's one metadata actor, found {actors}"
+        killed_at = time.monotonic()
+        os.kill(actors[0], signal.SIGKILL)
+        time.sleep(12)
+        traffic.stop()
+        healing = traffic.served_again(killed_at)
+        print(f"served again after the metadata actor's kill: { {p: round(t, 2) for p, t in healing.items()} } s")
+        assert max(healing.values()) <= 10, healing
+        assert_exactly_once(traffic, read_all(serve.bootstrap, "meta-kill", 2, len(traffic.acked)))

@@ -4,6 +4,8 @@ set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# `ip` makes the network namespaces that give test hosts their own addresses (tests/cluster/test_partition.py)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from kafscale.broker import retention
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.fetch import long_poll
+from kafscale.broker.handoff import HandOffs
 from kafscale.broker.interface import FetchItem, Peer, Peers, ProduceItem
 from kafscale.broker.owners import OwnerTable
 from kafscale.broker.partition_owner import OwnerSettings, PartitionOwner
@@ -40,7 +41,6 @@ from kafscale.storage.object_store import ObjectStore
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PROBE_INTERVAL_S = 0.5
-HANDOFF_HOLD_S = 10.0  # how long a released partition waits for placement to name its successor
 FIRST_PRODUCER_ID = 1000
 
 
@@ -68,8 +68,7 @@ class ShardCore:
         self.membership = (None if peers is None else
                            Membership(self.meta, self.placement, on_change=self._placement_changed,
                                       on_lost=self._lost_lease))
-        # Handed off in a planned move, until placement names the successor: when, and an event set then.
-        self.released: dict[tuple[str, int], tuple[float, asyncio.Event]] = {}
+        self.handoffs = HandOffs()  # partitions released in planned moves, and lately moved away
         self.topics = TopicRegistry(self.meta)
         settings = OwnerSettings(
             namespace=config.s3_namespace, segment_bytes=config.segment_bytes,
@@ -172,9 +171,13 @@ class ShardCore:
                               flush=same)
         if info is None:
             return
-        for p in [p for (t, p) in self.released if t == name]:
-            if not same or p >= info.partitions or info.placement[p] != self.shard_id:
-                self.released.pop((name, p))[1].set()
+        if same and old is not None:
+            for p in range(min(old.partitions, info.partitions)):
+                if old.placement[p] == self.shard_id and info.placement[p] != self.shard_id:
+                    self.handoffs.moved((name, p))
+        for t, p in list(self.handoffs.released):
+            if t == name and (not same or p >= info.partitions or info.placement[p] != self.shard_id):
+                self.handoffs.settled((t, p))
         self.owner_table.open_early(name, [p for p in range(info.partitions) if self._leads(info, p) and not (
             same and old is not None and p < old.partitions and self._leads(old, p))])
 
@@ -201,7 +204,7 @@ class ShardCore:
         info = self.topics.topics.get(topic)
         if info is None or partition >= info.partitions or not self._leads(info, partition):
             return -1
-        self.released[(topic, partition)] = (asyncio.get_running_loop().time(), asyncio.Event())
+        self.handoffs.release((topic, partition))
         owner = await self.owner_table.release(topic, partition)
         return owner.high_watermark if owner is not None else -1
 
@@ -215,7 +218,7 @@ class ShardCore:
         return self.membership is None or self.membership.serving
 
     def _leads(self, info: TopicInfo, partition: int) -> bool:
-        if self.released and (info.name, partition) in self.released:
+        if self.handoffs.holds((info.name, partition)):
             return False
         return self.placement.leads(info, partition) and self._serving()
 
@@ -230,8 +233,9 @@ class ShardCore:
         """Where a partition's request goes: its owner here (opened if needed), the shard that leads it, or
         the error to answer. An open that outlasts the deadline (event loop time) is REQUEST_TIMED_OUT; it
         goes on (shielded), so a retry finds it done."""
-        if self.released and (topic, partition) in self.released:
-            await self._hand_off_done(topic, partition, deadline)
+        waited = self.handoffs.holds((topic, partition))
+        if waited:  # requests wait out a hand-off, then go to the successor (kafscale.broker.handoff)
+            await self.handoffs.wait((topic, partition), deadline)
         info = await self.topics.get(topic)
         if info is None or not 0 <= partition < info.partitions:
             return Refused(ErrorCode.unknown_topic_or_partition)
@@ -239,6 +243,8 @@ class ShardCore:
             leader = self.placement.leader_of(info, partition)
             if self.peers is None or leader == self.shard_id or not self.placement.live(leader):
                 return Refused(ErrorCode.not_leader_or_follower)  # not serving, handed off, or its shard is gone
+            if not waited and self.handoffs.moved_lately((topic, partition)):
+                return Refused(ErrorCode.not_leader_or_follower)  # the client must learn the new leader
             return Remote(self.peers(leader), leader)
         try:
             if deadline is None:
@@ -250,22 +256,6 @@ class ShardCore:
         except Exception as e:  # the store is down, or a successor fenced the open: the client retries
             log.warning("cannot open %s-%d: %s", topic, partition, e)
             return Refused(ErrorCode.not_leader_or_follower)
-
-    async def _hand_off_done(self, topic: str, partition: int, deadline: float | None) -> None:
-        """A request for a partition being handed off waits for placement to name the successor (it is then
-        forwarded there) instead of bouncing back to the client, whose retry back-off would lengthen the
-        pause. A hand-off the controller never finished lapses after HANDOFF_HOLD_S: the partition is ours."""
-        loop = asyncio.get_running_loop()
-        since, moved = self.released[(topic, partition)]
-        remaining = since + HANDOFF_HOLD_S - loop.time()
-        if deadline is not None:
-            remaining = min(remaining, deadline - loop.time())
-        try:
-            await asyncio.wait_for(moved.wait(), max(remaining, 0))
-        except TimeoutError:
-            if loop.time() - since >= HANDOFF_HOLD_S and self.released.get((topic, partition), (0, None))[1] is moved:
-                log.warning("hand-off of %s-%d was not completed: serving it again", topic, partition)
-                self.released.pop((topic, partition))[1].set()
 
     # ---------------------------------------------------------------- produce (kafscale.broker.produce)
 

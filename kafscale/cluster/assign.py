@@ -28,6 +28,10 @@ def _counts(assignment: Mapping[Hashable, int], shards: Iterable[int]) -> Counte
     return counts
 
 
+def _topic(item: Hashable) -> Hashable:
+    return item[0] if isinstance(item, tuple) else item
+
+
 def _least(counts: Counter[int]) -> int:
     return min(counts, key=lambda s: (counts[s], s))
 
@@ -62,15 +66,23 @@ def balance(assignment: Mapping[Hashable, int], shards: Iterable[int]) -> list[M
     counts = _counts(final, shards)
     if counts:
         by_shard: dict[int, list[Hashable]] = {s: [] for s in shards}
+        per_topic: dict[int, Counter[Hashable]] = {s: Counter() for s in shards}  # a topic's items per shard
         for item, shard in sorted(final.items(), key=lambda kv: repr(kv[0])):
             by_shard[shard].append(item)
+            per_topic[shard][_topic(item)] += 1
         while True:
             most = max(counts, key=lambda s: (counts[s], -s))
             least = _least(counts)
             if counts[most] - counts[least] <= 1:
                 break
-            item = by_shard[most].pop()
+            # Of the items there, the one whose topic is most crowded on `most` against `least`: moves also
+            # spread each topic, so one busy topic does not end up on one shard.
+            item = max(reversed(by_shard[most]),
+                       key=lambda i: per_topic[most][_topic(i)] - per_topic[least][_topic(i)])
+            by_shard[most].remove(item)
             by_shard[least].append(item)
+            per_topic[most][_topic(item)] -= 1
+            per_topic[least][_topic(item)] += 1
             counts[most] -= 1
             counts[least] += 1
             final[item] = least

@@ -73,6 +73,14 @@ class RayTestCluster:
                 raise RuntimeError(f"the Ray node in {host.name} did not join")
             time.sleep(0.5)
 
+    def kill_nodes_in(self, host: TestHost) -> None:
+        """SIGKILL the Ray node inside a test host: its daemons and workers share the `ray start` session."""
+        for proc in [p for p in self._outside if host.name in p.args]:  # type: ignore[operator]
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            self._outside.remove(proc)
+
     def alive_nodes(self) -> list[dict[str, Any]]:
         """Ray's node table, read from the GCS without becoming a driver."""
         from ray._private.state import GlobalState

@@ -110,4 +110,4 @@ def test_the_embedded_metadata_actor_killed_is_restarted_and_nothing_acknowledge
         healing = traffic.served_again(killed_at)
         print(f"served again after the metadata actor's kill: { {p: round(t, 2) for p, t in healing.items()} } s")
         assert max(healing.values()) <= 10, healing
-        assert_exactly_once(traffic, read_all(serve.bootstrap, "meta-kill", 2, len(traffic.acked)))
+        assert_exactly_once(traffic, read_all(serve.bootstrap, "meta-kill", 2, traffic.ends()))

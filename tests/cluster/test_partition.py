@@ -85,7 +85,7 @@ def test_a_cut_off_node_is_replaced_and_fenced_and_serves_nothing_stale_when_it_
     finally:
         test_host.heal()
     traffic.stop()
-    stored = read_all(bootstrap, "cut", PARTITIONS, len(traffic.acked))
+    stored = read_all(bootstrap, "cut", PARTITIONS, traffic.ends())
     assert_exactly_once(traffic, stored)
 
     # Back on the network, the old shard can neither commit (its owners' epochs were taken over) nor answer
@@ -108,3 +108,34 @@ def _answers(host: str, port: int, partitions: list[int]) -> dict[int, tuple[int
     except OSError:
         return None
 
+
+
+def test_a_killed_host_is_healed_in_seconds_after_a_rebalance_gave_it_work(
+        cut_off_cluster: dict[str, Any], test_host: TestHost) -> None:
+    ray_cluster: RayTestCluster = cut_off_cluster["ray"]
+    bootstrap = cut_off_cluster["bootstrap"]
+    create_topic(bootstrap, "killed", PARTITIONS)
+
+    def host_shard() -> dict[str, Any] | None:
+        info = json.loads(kafscale("cluster", "info", "--ray-address", ray_cluster.address, "-o", "json").stdout)
+        return next((s for n in info["nodes"] for s in n["shards"] if s["node_ip"] == test_host.node_ip), None)
+
+    assert wait_until(lambda: (s := host_shard()) is not None and s["live"], 60), "the test host's shard is not back"
+    moved = kafscale("cluster", "rebalance", "--ray-address", ray_cluster.address, "-o", "json")
+    assert moved.returncode == 0, moved.stderr
+    shard = host_shard()
+    assert shard is not None
+    lost = sorted(int(p.rsplit("-", 1)[1]) for p in shard["partitions"] if p.startswith("killed-"))
+    assert lost, f"the rebalance gave the test host no partition of the topic: {shard}"
+
+    traffic = Traffic(bootstrap, "killed", PARTITIONS).start()
+    time.sleep(3)
+    killed_at = time.monotonic()
+    ray_cluster.kill_nodes_in(test_host)
+    time.sleep(10)
+    traffic.stop()
+    healing = traffic.served_again(killed_at)
+    print(f"served again after the host's kill: { {p: round(t, 2) for p, t in healing.items()} } s (on it: {lost})")
+    assert all(healing[p] <= 10 for p in range(PARTITIONS)), healing
+    assert all(healing[p] > 0 for p in lost), "the killed host's partitions never paused"
+    assert_exactly_once(traffic, read_all(bootstrap, "killed", PARTITIONS, traffic.ends()))

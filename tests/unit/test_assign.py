@@ -53,6 +53,14 @@ def test_balance_leaves_every_shard_within_one_item_with_one_move_per_moved_item
     assert max(counts[s] for s in shards) - min(counts[s] for s in shards) <= 1
 
 
+def test_balance_spreads_each_topic_not_only_the_counts() -> None:
+    # Shard 0 holds all of "busy" and "idle"; shard 1 is new.
+    assignment = {**{("busy", p): 0 for p in range(4)}, **{("idle", p): 0 for p in range(4)}}
+    moves = balance(assignment, [0, 1])
+    moved = Counter(m.item[0] for m in moves)  # type: ignore[index]
+    assert moved == {"busy": 2, "idle": 2}
+
+
 def test_balance_of_an_even_assignment_moves_nothing() -> None:
     assert balance(parts(0, 1, 2, 0, 1, 2), [0, 1, 2]) == []
 

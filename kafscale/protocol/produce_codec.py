@@ -192,10 +192,17 @@ class PartitionAnswer(Protocol):
     message: str | None
 
 
+# KIP-951 (v10+): for a NOT_LEADER_OR_FOLLOWER partition, its leader (id, epoch), and the leaders' addresses.
+Leaders = dict[tuple[str, int], tuple[int, int]]
+Endpoints = list[tuple[int, str, int]]  # node id, host, port
+
+
 def encode_produce_response(version: int, correlation_id: int,
-                            topics: list[tuple[str, list[tuple[int, PartitionAnswer]]]]) -> EncodedResponse:
+                            topics: list[tuple[str, list[tuple[int, PartitionAnswer]]]],
+                            leaders: Leaders | None = None, endpoints: Endpoints | None = None) -> EncodedResponse:
     """The response frame. `topics`: per topic, per partition (index, answer). The base offset is -1 for a
-    failed partition, as Kafka sends it."""
+    failed partition, as Kafka sends it. `leaders` and `endpoints` are written as v10+'s tagged fields (only
+    when given: librdkafka rejects default-valued tags)."""
     flexible = version >= FIRST_FLEXIBLE_VERSION
     out = bytearray(9 if flexible else 8)  # size and correlation id, + the header's empty tag section
     out += varint_bytes(len(topics) + 1) if flexible else _I32.pack(len(topics))
@@ -219,13 +226,25 @@ def encode_produce_response(version: int, correlation_id: int,
                 else:
                     _string(out, message, flexible)
             if flexible:
-                out += b"\x00"
+                leader = leaders.get((name, index)) if leaders and version >= 10 else None
+                if leader is None:
+                    out += b"\x00"
+                else:  # one tagged field, tag 0 (CurrentLeader): leader id, leader epoch, no tags
+                    out += b"\x01\x00\x09" + _I32.pack(leader[0]) + _I32.pack(leader[1]) + b"\x00"
         if flexible:
             out += b"\x00"
     if version >= 1:
         out += _I32.pack(0)  # throttle_time_ms
     if flexible:
-        out += b"\x00"
+        if endpoints and version >= 10:  # tag 0 (NodeEndpoints): id, host, port, rack (null), no tags
+            field = bytearray(varint_bytes(len(endpoints) + 1))
+            for node_id, host, port in endpoints:
+                field += _I32.pack(node_id)
+                _string(field, host, True)
+                field += _I32.pack(port) + b"\x00\x00"
+            out += b"\x01\x00" + varint_bytes(len(field)) + field
+        else:
+            out += b"\x00"
     _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)
     return EncodedResponse(API_KEY, version, out)
 

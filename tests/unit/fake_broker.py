@@ -60,11 +60,19 @@ class FakeBroker:
             return None
         return self.logs.setdefault((topic, partition), Log())
 
+    def _led_elsewhere(self, topic: str, partition: int) -> bool:
+        """A partition another shard leads: the fake forwards nothing, it answers NOT_LEADER_OR_FOLLOWER."""
+        info = self.topics.topics.get(topic)
+        return info is not None and 0 <= partition < info.partitions and not self.placement.leads(info, partition)
+
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
                       then: Callable[[list[ProduceResult]], T]) -> asyncio.Future[T]:
         results = []
         for topic, partition, records in items:
             log = self._log(topic, partition)
+            if self._led_elsewhere(topic, partition):
+                results.append(ProduceResult(int(ErrorCode.not_leader_or_follower)))
+                continue
             if log is None:
                 results.append(ProduceResult(int(ErrorCode.unknown_topic_or_partition)))
                 continue
@@ -86,7 +94,9 @@ class FakeBroker:
         results = []
         for topic, partition, offset, _ in parts:
             log = self._log(topic, partition)
-            if log is None:
+            if self._led_elsewhere(topic, partition):
+                results.append(FetchResult(int(ErrorCode.not_leader_or_follower)))
+            elif log is None:
                 results.append(FetchResult(int(ErrorCode.unknown_topic_or_partition)))
             elif not log.log_start <= offset <= log.end:
                 results.append(FetchResult(int(ErrorCode.offset_out_of_range), log.end, log.log_start))

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kafscale.protocol.codec import decode_response, make, request_class
+from kafscale.protocol.codec import decode_response, encode_response, make, request_class
 from kafscale.protocol.encoder import encode_request
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.header import parse_request_header
@@ -158,6 +158,33 @@ async def test_fetch_returns_stored_batches_and_names_bad_offsets_and_unknown_to
         assert beyond.error_code == ErrorCode.offset_out_of_range
         unknown = (await fetch.handle(broker, context(1, 13), ask(uuid.uuid4(), 0))).responses[0].partitions[0]
         assert unknown.error_code == ErrorCode.unknown_topic_id
+
+
+async def test_produce_and_fetch_at_a_shard_that_does_not_lead_name_the_leader_kip_951(tmp_path: Path) -> None:
+    async with fake_broker(tmp_path, shards=3) as broker:
+        info = await broker.topics.create("moved", 1, [2])  # led by shard 2; this is shard 0
+        answer = await produce.handle(broker, context(0, 11), produce_request(11, -1, "moved",
+                                                                              bytes(record_batch(b"x"))))
+        _, decoded = decode_response(0, 11, answer.frame[4:])
+        partition = decoded.responses[0].partition_responses[0]
+        assert partition.error_code == ErrorCode.not_leader_or_follower
+        assert (partition.current_leader.leader_id, partition.current_leader.leader_epoch) == (2, 0)
+        assert [(n.node_id, n.host, n.port) for n in decoded.node_endpoints] == [(2, "127.0.0.1", 9094)]
+        old = await produce.handle(broker, context(0, 9), produce_request(9, -1, "moved", bytes(record_batch(b"y"))))
+        assert decode_response(0, 9, old.frame[4:])[1].responses[0].partition_responses[0].error_code == \
+            ErrorCode.not_leader_or_follower  # before v10 there is nowhere to name it
+
+        fetched = await fetch.handle(broker, context(1, 16), request(
+            1, 16, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, forgotten_topics_data=(), rack_id="", topics=(
+                part(1, 16, "FetchTopic", topic_id=info.id, partitions=(
+                    part(1, 16, "FetchPartition", partition=0, current_leader_epoch=-1, fetch_offset=0,
+                         last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)),)))
+        found = fetched.responses[0].partitions[0]
+        assert found.error_code == ErrorCode.not_leader_or_follower
+        assert (found.current_leader.leader_id, found.current_leader.leader_epoch) == (2, 0)
+        assert [(n.node_id, n.port) for n in fetched.node_endpoints] == [(2, 9094)]
+        encode_response(7, fetched)  # and it encodes
 
 
 async def test_list_offsets_and_delete_records_move_the_log_start(tmp_path: Path) -> None:

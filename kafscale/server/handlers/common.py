@@ -6,11 +6,16 @@ import datetime
 import functools
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from kio.index import load_response_schema
 
 from kafscale.protocol.codec import make
 from kafscale.server.router import RequestContext
+
+if TYPE_CHECKING:
+    from kafscale.broker.interface import Broker
+    from kafscale.cluster.placement import ShardAddress
 
 __all__ = ["NO_THROTTLE", "from_datetime", "make", "ms", "response_module", "to_datetime"]
 
@@ -47,3 +52,17 @@ def from_datetime(value: datetime.datetime | int | None) -> int:
     if isinstance(value, datetime.datetime):
         return int(value.timestamp() * 1000)
     return int(value)
+
+
+def new_leader(broker: Broker, topic: str, partition: int) -> tuple[int, int, ShardAddress] | None:
+    """For a NOT_LEADER_OR_FOLLOWER answer: the partition's leader as placement names it (id, leader epoch,
+    address), so that Produce v10+ and Fetch v16+ can name it (KIP-951) and the client goes there without a
+    metadata refresh. None when there is none to name (not live, or this shard itself)."""
+    info = broker.topics.topics.get(topic)
+    if info is None or not 0 <= partition < info.partitions:
+        return None
+    leader = broker.placement.leader_of(info, partition)
+    address = broker.placement.address(leader)
+    if leader == broker.shard_id or address is None:
+        return None
+    return leader, broker.placement.leader_epoch(info, partition), address

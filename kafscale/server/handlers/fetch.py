@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker, FetchItem
 from kafscale.broker.results import FetchResult
-from kafscale.server.handlers.common import NO_THROTTLE, make, ms, response_module
+from kafscale.server.handlers.common import NO_THROTTLE, make, ms, new_leader, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
@@ -35,10 +35,19 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                                      int(getattr(req, "max_bytes", 0x7FFFFFFF))))
     mod = response_module(ctx)
     grouped: dict[Any, list[Any]] = {}
+    endpoints: dict[int, Any] = {}
     for ident, partition, name in wanted:
         r = FetchResult(int(ErrorCode.unknown_topic_id)) if name is None else next(results)
+        leader = {}
+        if r.error == ErrorCode.not_leader_or_follower and name is not None and ctx.api_version >= 16:
+            found = new_leader(broker, name, partition)  # KIP-951: the client goes there without a refresh
+            if found is not None:
+                leader = {"current_leader": make(mod.LeaderIdAndEpoch, leader_id=found[0], leader_epoch=found[1])}
+                endpoints[found[0]] = make(mod.NodeEndpoint, node_id=found[0], host=found[2].host,
+                                           port=found[2].port, rack=None)
         grouped.setdefault(ident, []).append(make(
             mod.PartitionData,
+            **leader,
             partition_index=partition,
             error_code=ErrorCode(r.error),
             high_watermark=r.high_watermark,
@@ -52,4 +61,4 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     responses = tuple(make(mod.FetchableTopicResponse, **{key: ident}, partitions=tuple(ps))
                       for ident, ps in grouped.items())
     return make(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
-                responses=responses)
+                responses=responses, **({"node_endpoints": tuple(endpoints.values())} if endpoints else {}))

@@ -19,10 +19,12 @@ from kafscale.broker.results import ProduceResult
 from kafscale.protocol import produce_codec
 from kafscale.protocol.produce_codec import (
     EncodedResponse,
+    Leaders,
     ProduceRequestData,
     encode_produce_response,
     read_produce_request,
 )
+from kafscale.server.handlers.common import new_leader
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = produce_codec.API_KEY, 0, 11
@@ -53,12 +55,19 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
         if acks == 0:
             return None
         answers = dict(errors)
+        leaders: Leaders = {}
+        endpoints: dict[int, tuple[int, str, int]] = {}
         for (t, p, _), result in zip(jobs, results, strict=True):
             answers[(t, p)] = result
+            if result.error == ErrorCode.not_leader_or_follower and ctx.api_version >= 10:
+                found = new_leader(broker, t, p)  # KIP-951: the client goes there without a metadata refresh
+                if found is not None:
+                    leaders[(t, p)] = (found[0], found[1])
+                    endpoints[found[0]] = (found[0], found[2].host, found[2].port)
         return encode_produce_response(ctx.api_version, ctx.correlation_id, [
             (topic.name, [(part.index, answers[(topic.name, part.index)]) for part in topic.partition_data])
             for topic in req.topic_data
-        ])
+        ], leaders, list(endpoints.values()))
 
     return broker.start_produce(jobs, acks, req.timeout_ms, answer)
 

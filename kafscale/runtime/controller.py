@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from typing import Any
 
@@ -33,7 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from kafscale.cluster import keys
 from kafscale.cluster import placement_store as store
 from kafscale.cluster.assign import Move, Node, balance, drain, heal, plan_shards
-from kafscale.cluster.placement import group_slot
+from kafscale.cluster.layout import layout
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
 from kafscale.runtime.shard_actor import ShardActor, open_metadata_store, shard_actor_name
@@ -357,46 +358,8 @@ class Controller:
             await asyncio.sleep(0.2)
 
     async def info(self) -> dict[str, Any]:
-        """Nodes -> shards -> partitions and groups, from the store (a dead shard's work shows where it is)."""
-        meta = await self._store()
-        wanted = await store.wanted_shards(meta)
-        live = await store.live_shards(meta)
-        infos = await store.topics(meta)
-        slots = await store.group_slots(meta) or []
-        drained = await store.draining(meta)
-        groups = [kv.key[len(keys.GROUPS):] for kv in await meta.range(keys.GROUPS)]
-        from urllib.parse import unquote
-
-        shards: dict[int, dict[str, Any]] = {}
-
-        def shard(s: int) -> dict[str, Any]:
-            if s not in shards:
-                w, b = wanted.get(s), live.get(s)
-                where = b or w
-                shards[s] = {"id": s, "node_id": where.node_id if where else "",
-                             "node_ip": where.node_ip if where else "", "host": where.host if where else "",
-                             "port": where.port if where else 0, "live": b is not None, "draining": s in drained,
-                             "partitions": [],
-                             "group_slots": [], "groups": []}
-            return shards[s]
-
-        for s in sorted(set(wanted) | set(live)):
-            shard(s)
-        for (topic, p), s in sorted(store.partition_assignment(infos).items()):
-            shard(s)["partitions"].append(f"{topic}-{p}")
-        for i, s in enumerate(slots):
-            if s in shards:
-                shards[s]["group_slots"].append(i)
-        for g in map(unquote, groups):
-            if slots and slots[group_slot(g)] in shards:
-                shards[slots[group_slot(g)]]["groups"].append(g)
-        nodes: dict[str, dict[str, Any]] = {}
-        for shard in shards.values():
-            nodes.setdefault(shard["node_id"], {"node_id": shard["node_id"], "node_ip": shard["node_ip"],
-                                                "shards": []})["shards"].append(shard)
-        import os
-
-        return {"nodes": list(nodes.values()), "rounds": self.rounds,
+        """`kafscale cluster info`: the layout (kafscale.cluster.layout), and this controller."""
+        return {**await layout(await self._store()), "rounds": self.rounds,
                 "controller": {"node_id": self.node_id, "pid": os.getpid()}}
 
     async def status(self) -> list[dict[str, Any]]:

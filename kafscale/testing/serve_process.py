@@ -27,6 +27,11 @@ class ServeProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.ports[0]}"
 
+    @property
+    def bootstrap_all(self) -> str:
+        """Every shard port, as clients list several brokers: any one of them may be down."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
     def start(self, timeout: float = 120) -> ServeProcess:
         args = [sys.executable, "-m", "kafscale.cli", "serve", "--listen", self.bootstrap,
                 "--shard-ports", ",".join(map(str, self.ports)), "--shards-per-node", str(self.shards),

@@ -180,8 +180,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 def test_shards_on_every_node_serve_clients_at_their_own_addresses(cluster_serve: ServeProcess,
                                                                    ray_cluster: RayTestCluster) -> None:
-    create_topic(cluster_serve.bootstrap, "spread", 6)
-    admin = AdminClient({"bootstrap.servers": cluster_serve.bootstrap})
+    create_topic(cluster_serve.bootstrap_all, "spread", 6)
+    admin = AdminClient({"bootstrap.servers": cluster_serve.bootstrap_all})
     md = admin.list_topics("spread", timeout=30)
     brokers = {b.id: (b.host, b.port) for b in md.brokers.values()}
     assert len(brokers) == NODES
@@ -195,18 +195,18 @@ def test_shards_on_every_node_serve_clients_at_their_own_addresses(cluster_serve
     assert all(len(shards) == 1 and shards[0]["live"] for shards in nodes.values())
     assert sorted(len(s["partitions"]) for shards in nodes.values() for s in shards) == [2, 2, 2]
 
-    traffic = Traffic(cluster_serve.bootstrap, "spread", 6).start()
+    traffic = Traffic(cluster_serve.bootstrap_all, "spread", 6).start()
     time.sleep(2)
     traffic.stop()
-    assert_exactly_once(traffic, read_all(cluster_serve.bootstrap, "spread", 6, traffic.ends()))
+    assert_exactly_once(traffic, read_all(cluster_serve.bootstrap_all, "spread", 6, traffic.ends()))
     assert {p for p, _ in traffic.acked} == set(range(6))
 
 
 def test_planned_moves_of_busy_partitions_and_a_group_lose_and_duplicate_nothing(
         cluster_serve: ServeProcess, ray_cluster: RayTestCluster) -> None:
-    create_topic(cluster_serve.bootstrap, "moving", 4)
-    traffic = Traffic(cluster_serve.bootstrap, "moving", 4).start()
-    members = [GroupMember(cluster_serve.bootstrap, "moving", "moving-group") for _ in range(2)]
+    create_topic(cluster_serve.bootstrap_all, "moving", 4)
+    traffic = Traffic(cluster_serve.bootstrap_all, "moving", 4).start()
+    members = [GroupMember(cluster_serve.bootstrap_all, "moving", "moving-group") for _ in range(2)]
     for m in members:
         m.start()
     time.sleep(2)
@@ -232,12 +232,12 @@ def test_planned_moves_of_busy_partitions_and_a_group_lose_and_duplicate_nothing
     after = layout(ray_cluster)
     drained = next(s for n in after["nodes"] if n["node_id"] == victim["node_id"] for s in n["shards"])
     assert drained["partitions"] == [] and drained["group_slots"] == [] and drained["draining"]
-    create_topic(cluster_serve.bootstrap, "after-drain", 6)  # new work avoids a drained shard
+    create_topic(cluster_serve.bootstrap_all, "after-drain", 6)  # new work avoids a drained shard
     assert not any(p.startswith("after-drain-") for n in layout(ray_cluster)["nodes"] for s in n["shards"]
                    if s["id"] == drained["id"] for p in s["partitions"])
     pauses = sorted(traffic.longest_pause(started, ended).values())
     print(f"produce pause per partition during moves: {[round(p, 3) for p in pauses]} s")
-    stored = read_all(cluster_serve.bootstrap, "moving", 4, traffic.ends())
+    stored = read_all(cluster_serve.bootstrap_all, "moving", 4, traffic.ends())
     assert_exactly_once(traffic, stored)
     # The group's coordinator moved with the drain (every slot left the drained shard): its members go on.
     assert wait_until(lambda: set().union(*(m.seen for m in members)) >= set(stored.values()), 60), \
@@ -249,18 +249,18 @@ def test_planned_moves_of_busy_partitions_and_a_group_lose_and_duplicate_nothing
 def test_a_killed_node_is_healed_in_seconds_and_nothing_acknowledged_is_lost(
         cluster_serve: ServeProcess, ray_cluster: RayTestCluster) -> None:
     topic, partitions, group = "healing", 6, "healing-group"
-    create_topic(cluster_serve.bootstrap, topic, partitions)
+    create_topic(cluster_serve.bootstrap_all, topic, partitions)
     info = layout(ray_cluster)
     victim = next(n for n in info["nodes"] if n["node_id"] != info["controller"]["node_id"]
                   and n["node_id"] != ray_cluster.head_id() and any(s["partitions"] for s in n["shards"]))
     lost = {p for s in victim["shards"] for p in s["partitions"]}
 
-    members = [GroupMember(cluster_serve.bootstrap, topic, group) for _ in range(3)]
-    traffic = Traffic(cluster_serve.bootstrap, topic, partitions).start()
+    members = [GroupMember(cluster_serve.bootstrap_all, topic, group) for _ in range(3)]
+    traffic = Traffic(cluster_serve.bootstrap_all, topic, partitions).start()
     for m in members:
         m.start()
     time.sleep(4)
-    admin = AdminClient({"bootstrap.servers": cluster_serve.bootstrap})
+    admin = AdminClient({"bootstrap.servers": cluster_serve.bootstrap_all})
     committed = admin.list_consumer_group_offsets([_group_request(group, topic, partitions)])[group].result(30)
     before = {tp.partition: tp.offset for tp in committed.topic_partitions if tp.offset >= 0}
     killed_at = time.monotonic()
@@ -275,7 +275,7 @@ def test_a_killed_node_is_healed_in_seconds_and_nothing_acknowledged_is_lost(
     assert max(healing.values()) <= 10, healing
     assert all(healing[int(p.rsplit("-", 1)[1])] > 0 for p in lost), "the killed node's partitions never paused"
 
-    stored = read_all(cluster_serve.bootstrap, topic, partitions, traffic.ends())
+    stored = read_all(cluster_serve.bootstrap_all, topic, partitions, traffic.ends())
     assert_exactly_once(traffic, stored)
     # The group goes on: its members get every record (from the committed offsets on, not from the start).
     assert wait_until(lambda: set().union(*(m.seen for m in members)) >= set(stored.values()), 60), \
@@ -293,9 +293,9 @@ def test_a_killed_node_is_healed_in_seconds_and_nothing_acknowledged_is_lost(
 
 def test_the_controller_killed_comes_back_and_the_data_path_never_waits_for_it(
         cluster_serve: ServeProcess, ray_cluster: RayTestCluster) -> None:
-    create_topic(cluster_serve.bootstrap, "steady", 3)
+    create_topic(cluster_serve.bootstrap_all, "steady", 3)
     before = layout(ray_cluster)["controller"]
-    traffic = Traffic(cluster_serve.bootstrap, "steady", 3).start()
+    traffic = Traffic(cluster_serve.bootstrap_all, "steady", 3).start()
     time.sleep(2)
     killed_at = time.monotonic()
     os.kill(before["pid"], signal.SIGKILL)
@@ -304,7 +304,7 @@ def test_the_controller_killed_comes_back_and_the_data_path_never_waits_for_it(
     traffic.stop()
     assert max(traffic.longest_pause(killed_at, ended).values()) < 2.0, "produce waited for the controller"
     assert wait_until(lambda: layout(ray_cluster)["controller"]["pid"] != before["pid"], 60)
-    assert_exactly_once(traffic, read_all(cluster_serve.bootstrap, "steady", 3, traffic.ends()))
+    assert_exactly_once(traffic, read_all(cluster_serve.bootstrap_all, "steady", 3, traffic.ends()))
 
 
 class GroupMember:

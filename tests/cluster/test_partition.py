@@ -52,7 +52,8 @@ def cut_off_cluster(test_host: TestHost, tmp_path_factory: pytest.TempPathFactor
             "--etcd-endpoints", etcd.endpoint, "--s3-endpoint", s3.endpoint_url, "--s3-bucket", "cut",
             "--s3-access-key", "test", "--s3-secret-key", "test", "--metrics-listen", ""])
         with serve:
-            yield {"serve": serve, "ray": ray_cluster, "bootstrap": f"{test_host.host_ip}:{ports[0]}"}
+            bootstrap = ",".join(f"{ip}:{port}" for ip in (test_host.host_ip, test_host.node_ip) for port in ports)
+            yield {"serve": serve, "ray": ray_cluster, "bootstrap": bootstrap}
     finally:
         ray_cluster.stop()
         s3.stop()

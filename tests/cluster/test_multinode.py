@@ -78,12 +78,12 @@ class Traffic:
     """An idempotent acks=all producer, flat out over every partition of a topic, in a thread: what was
     acknowledged where, and when."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, **settings: Any) -> None:
         self.topic, self.partitions = topic, partitions
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                                   "linger.ms": 5, "message.timeout.ms": 120_000, "retry.backoff.ms": 50,
                                   "retry.backoff.max.ms": 250, "reconnect.backoff.max.ms": 250,
-                                  "topic.metadata.refresh.interval.ms": 1000})
+                                  "topic.metadata.refresh.interval.ms": 1000, **settings})
         self.acked: dict[tuple[int, int], bytes] = {}
         self.ack_times: dict[int, list[float]] = {p: [] for p in range(partitions)}
         self.errors: list[str] = []

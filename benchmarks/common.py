@@ -51,6 +51,12 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[rank]
 
 
+def summary(values: list[float]) -> dict[str, float | None]:
+    """p50, p99, max and count of values (None where there are none)."""
+    return {"p50": percentile(values, 50), "p99": percentile(values, 99), "max": max(values) if values else None,
+            "count": len(values)}
+
+
 # -- results ----------------------------------------------------------------------------------------
 
 
@@ -346,6 +352,12 @@ def _proc_stat(pid: int) -> tuple[int, int, int] | None:
         return None
     fields = raw[raw.rindex(")") + 2:].split()
     return int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, seconds (OSError if it is gone)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _status_kib(pid: int, key: str) -> int:

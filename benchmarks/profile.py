@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -39,19 +38,16 @@ from benchmarks.common import (
     log,
     machine_info,
     metrics_delta,
+    process_cpu_seconds,
     set_aside_cpus,
 )
-
-_CLK = os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_s(pid: int) -> float | None:
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        return process_cpu_seconds(pid)
     except OSError:
         return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK
 
 
 def _label(pid: int) -> str:

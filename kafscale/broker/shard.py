@@ -67,7 +67,7 @@ class ShardCore:
         # In a cluster: this shard's lease and its view of the others (None: a lone shard)
         self.membership = (None if peers is None else
                            Membership(self.meta, self.placement, on_change=self._placement_changed,
-                                      on_lost=self._lost_lease))
+                                      on_lost=self._lost_lease, resync=self._resync))
         self.handoffs = HandOffs()  # partitions released in planned moves, and lately moved away
         self.topics = TopicRegistry(self.meta)
         settings = OwnerSettings(
@@ -190,6 +190,9 @@ class ShardCore:
         self.owner_table.drop_all()
         await self.groups.release_all()
 
+    async def _resync(self) -> None:
+        await self.topics.resync()
+
     async def join(self, record: BrokerRecord) -> None:
         """Register in the cluster (a lone shard has nothing to join); from now on it serves what it leads."""
         if self.membership is not None:
@@ -218,7 +221,7 @@ class ShardCore:
         return self.membership is None or self.membership.serving
 
     def _leads(self, info: TopicInfo, partition: int) -> bool:
-        if self.handoffs.holds((info.name, partition)):
+        if self.handoffs.released and (info.name, partition) in self.handoffs.released:  # no tuple per produce
             return False
         return self.placement.leads(info, partition) and self._serving()
 

@@ -7,7 +7,8 @@ the controller moves the shard's partitions and groups away.
 Serving is itself leased: the shard stops serving (`on_lost`) once SERVE_FRACTION of the TTL has passed
 since the start of its last successful renewal. The store counts the TTL from when that renewal arrived, so
 a cut-off shard has stopped before its key can vanish and before any successor is named: two shards never
-both serve one partition. It then registers again under a new lease.
+both serve one partition. It then reads the topics and the cluster view again (work may have moved while
+it was cut off) and registers again under a new lease.
 
 The view: every key under `cluster/` (live shards and the group slot map) is loaded, then followed by a
 watch, into the shard's Placement; `on_change` runs after each change.
@@ -67,11 +68,12 @@ def apply_view(placement: Placement, brokers: dict[int, BrokerRecord], slots: li
 
 class Membership:
     def __init__(self, meta: MetadataStore, placement: Placement, *, on_change: Callable[[], None],
-                 on_lost: Callable[[], Awaitable[None]]) -> None:
+                 on_lost: Callable[[], Awaitable[None]], resync: Callable[[], Awaitable[object]]) -> None:
         self.meta = meta
         self.placement = placement
         self.on_change = on_change
         self.on_lost = on_lost
+        self.resync = resync  # the shard's other views of the store, read again before it serves again
         self.brokers: dict[int, BrokerRecord] = {}
         self.slots: list[int] | None = None
         self.draining: set[int] = set()
@@ -161,7 +163,12 @@ class Membership:
                         self._renewed(started)
                         continue
                     self._expired()
+                # Back after a lapse: while cut off, work may have moved away, and the watches that say so may
+                # still be catching up. Serving on the old view would fence the successors for nothing.
+                await self.resync()
+                await self.load()
                 await self._register()
+                self.on_change()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the store is unreachable: the deadline timer fences us if this lasts

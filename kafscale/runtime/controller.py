@@ -66,7 +66,9 @@ class Controller:
         self.seen_live: set[int] = set()
         self.missing_since: dict[int, float] = {}
         self.live: set[int] = set()
+        self.known_nodes: set[str] = set()
         self.rounds = 0
+        self._check_placement = True  # placement may name shards that are gone (at start, after a forget)
         self.stopping = False
         self.warned: set[str] = set()
         self._wake = asyncio.Event()
@@ -127,16 +129,19 @@ class Controller:
     async def _reconcile(self, meta: MetadataStore) -> None:
         wanted = await self._place_shards(meta)
         live = await store.live_shards(meta)
-        self.live = set(live)
+        self.live = set(live)  # every lease holder: none of them may lose work to healing
+        # A registration from a node this Ray cluster never had is an earlier run's, whose lease the store
+        # renewed when it restarted (as etcd does): it holds its lease out, but it is not this cluster running.
+        current = {s for s, r in live.items() if not r.node_id or r.node_id in self.known_nodes}
         now = time.monotonic()
         # This controller has just (re)started while the cluster runs: a shard missing now died meanwhile,
         # and gets only the time a restarting process needs, not the grace of a cluster starting up.
-        restarted = self.rounds == 0 and bool(live)
+        restarted = self.rounds == 0 and bool(current)
         for shard in wanted.values():
             self._actor(shard)
-            if restarted and shard.id not in live:
+            if restarted and shard.id not in current:
                 self.missing_since.setdefault(shard.id, now - STARTUP_GRACE_S + RESTARTED_GRACE_S)
-            if shard.id in live:
+            if shard.id in current:
                 self.seen_live.add(shard.id)
                 self.missing_since.pop(shard.id, None)
             else:
@@ -149,7 +154,9 @@ class Controller:
         """The alive nodes that should run shards, and every alive node's labels."""
         nodes = []
         local_objects = not self.config.s3_bucket and not self.config.shared_data_dir
-        alive = [n for n in ray.nodes() if n.get("Alive")]
+        every = ray.nodes()
+        self.known_nodes = {n["NodeID"] for n in every}  # alive or dead: the nodes this Ray cluster has had
+        alive = [n for n in every if n.get("Alive")]
         labels = {n["NodeID"]: dict(n.get("Labels") or {}) for n in alive}
         for n in alive:
             node_id = n["NodeID"]
@@ -193,6 +200,8 @@ class Controller:
             log.info("controller: shard %d on node %s (%s), port slot %d", shard.id, ip, node_id[:8], slot)
         if plan.forget and (drained := await store.draining(meta)) & set(plan.forget):
             await store.set_draining(meta, drained - set(plan.forget))  # gone: drained for good
+        if plan.forget:
+            self._check_placement = True
         for shard_id in plan.forget:
             log.warning("controller: shard %d's node is gone; its work moves to live shards", shard_id)
             await store.forget(meta, shard_id)
@@ -247,8 +256,10 @@ class Controller:
                 if s in self.seen_live or now - since > STARTUP_GRACE_S} | {-1}
 
     async def _heal(self, meta: MetadataStore, wanted: dict[int, store.WantedShard]) -> None:
-        """Step 3: work on gone shards goes to live ones."""
-        if not self.live:
+        """Step 3: work on gone shards goes to live ones. Placement is read only when a shard is dead or was
+        forgotten (or at the first round, and until a round finds nothing to move): at 100,000 partitions a
+        read of every topic each second would be the controller's main load on the store."""
+        if not self.live or (not self._check_placement and not (self._dead(wanted) - {-1}) - self.live):
             return
         infos = await store.topics(meta)
         parts = store.partition_assignment(infos)
@@ -258,6 +269,7 @@ class Controller:
         gone = (self._dead(wanted) | ({s for s in set(parts.values()) | set(slots.values())} - set(wanted))) - self.live
         targets = (self.live - await store.draining(meta)) or self.live
         moves = heal(parts, targets, gone) + heal(slots, targets, gone)
+        self._check_placement = bool(moves)  # look again next round: a move found stale is decided anew
         if moves:
             done = await store.write_moves(meta, moves)
             log.warning("controller: healed %d partitions and group slots of shards %s", len(done),

@@ -117,9 +117,11 @@ class EmbeddedStore(MetadataStore):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lease_task: asyncio.Task[None] | None = None
 
-        # Leases that ran out while no process had the file open are expired before anyone can read.
+        # A lease that ran out while no process had the file open was not let down by its holder, who could
+        # not reach the store: as etcd does on restart, every lease gets its TTL again before anyone reads.
+        # Expiring them instead would turn the store's restart into the death of every shard at once.
         fx = Effects()
-        self._in_write_txn(self._tx.expire_leases, fx)
+        self._in_write_txn(self._tx.renew_all_leases, fx)
         self._apply(fx)
 
         self._queue: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()

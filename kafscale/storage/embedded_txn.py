@@ -155,6 +155,14 @@ class Transactions:
             self.new_revision(fx, [(DELETE, k, None) for k in sorted(r[0] for r in rows)])
         fx.lease_changes.append((lease_id, None))
 
+    def renew_all_leases(self, fx: Effects) -> None:
+        """Every lease runs its full TTL again from now, as etcd's does when a member becomes leader (and so
+        after every restart): the store being down is not a sign that any lease holder is."""
+        now = time.time()
+        for lease_id, ttl in self.conn.execute("SELECT id, ttl FROM leases").fetchall():
+            self.conn.execute("UPDATE leases SET expires_at = ? WHERE id = ?", (now + ttl, lease_id))
+            fx.lease_changes.append((lease_id, now + ttl))
+
     def expire_leases(self, fx: Effects) -> int:
         due = self.conn.execute(
             "SELECT id FROM leases WHERE expires_at <= ? ORDER BY expires_at", (time.time(),)

@@ -593,25 +593,33 @@ async def test_data_and_revisions_survive_reopen(backend: Backend, store: Metada
 # ---------------------------------------------------------------------------------------------- embedded
 
 
-async def test_embedded_lease_that_lapsed_while_closed_is_expired_on_open(tmp_path: Path) -> None:
+async def test_embedded_leases_run_their_ttl_again_when_the_store_reopens(tmp_path: Path) -> None:
+    """As etcd's do after its restart (test_etcd_leases_run_their_ttl_again_after_a_restart): a holder that could
+    not renew because the store was down keeps its keys, and has a TTL to renew them."""
     path = tmp_path / "m.db"
     store = EmbeddedStore(path)
-    short = await store.lease_grant(0.3)
-    long = await store.lease_grant(60)
-    await store.put("l/short", 1, lease=short)
-    await store.put("l/long", 2, lease=long)
+    renewed = await store.lease_grant(TTL)
+    abandoned = await store.lease_grant(TTL)
+    await store.put("l/renewed", 1, lease=renewed)
+    await store.put("l/abandoned", 2, lease=abandoned)
     rev = await store.revision()
     await store.close()
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(TTL * 1.5)  # both ran out while nobody could reach the store
 
     store = EmbeddedStore(path)
     try:
-        assert await store.revision() == rev + 1  # the expiry is a write of its own
-        assert [kv.key for kv in await store.range("l/")] == ["l/long"]
-        assert await store.lease_keepalive(short) is False
-        assert await store.lease_keepalive(long) is True
+        assert await store.revision() == rev  # nothing expired on open
+        assert [kv.key for kv in await store.range("l/")] == ["l/abandoned", "l/renewed"]
+
+        async def abandoned_gone() -> bool:  # the holder of `renewed` is back and renews
+            assert await store.lease_keepalive(renewed) is True
+            return await _absent(store, "l/abandoned")
+
+        # Not renewed: gone a TTL after the reopen, with its delete event.
+        await eventually(abandoned_gone, timeout=5, interval=TTL / 4)
+        assert [kv.key for kv in await store.range("l/")] == ["l/renewed"]
         events = await take(store.watch("l/", rev + 1), 1)
-        assert summary(events) == [("delete", "l/short", None, rev + 1)]
+        assert summary(events) == [("delete", "l/abandoned", None, rev + 1)]
     finally:
         await store.close()
 
@@ -664,6 +672,24 @@ def private_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
     """An etcd of the test's own, for tests that restart it."""
     with EtcdServer(tmp_path / "etcd") as server:
         yield server
+
+
+@pytest.mark.etcd
+async def test_etcd_leases_run_their_ttl_again_after_a_restart(private_etcd: EtcdServer) -> None:
+    """The reference for the embedded store: etcd extends every lease when a member becomes leader, so an
+    outage longer than a lease's TTL does not expire it."""
+    store = EtcdStore(private_etcd.endpoint, prefix="/promote/", timeout=2.0)
+    try:
+        lease = await store.lease_grant(TTL)
+        await store.put("p/k", 1, lease=lease)
+        private_etcd.stop()
+        await asyncio.sleep(TTL * 2.5)
+        private_etcd.start()
+        await eventually(store.revision)
+        assert await store.get("p/k") is not None
+        await eventually(lambda: _absent(store, "p/k"), timeout=10)  # not renewed: it lapses after all
+    finally:
+        await store.close()
 
 
 @pytest.mark.etcd

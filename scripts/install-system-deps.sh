@@ -6,6 +6,11 @@ command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 # `ip` makes the network namespaces that give test hosts their own addresses (tests/cluster/test_partition.py)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# `ray up` of deploy/ray-cluster.local.yaml (tests/cluster/test_ray_up.py): rsync for its file mounts, and sshd,
+# which the test runs per connection as ssh's ProxyCommand, not as a service (openssh-server brings ssh along;
+# outside a container, installing it also starts and enables the ssh service)
+test -x /usr/sbin/sshd || need+=(openssh-server)
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

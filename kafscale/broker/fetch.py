@@ -67,4 +67,5 @@ async def read_one(owner: PartitionOwner, offset: int, max_bytes: int, metrics: 
         log.warning("read of %s-%d at %d failed: %s", owner.topic, owner.partition, offset, e)
         return FetchResult(int(ErrorCode.kafka_storage_error), hwm, start)
     metrics.fetched(owner.topic, records)
+    owner.bytes_out += len(records)
     return FetchResult(0, hwm, start, records)

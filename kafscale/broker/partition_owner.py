@@ -93,6 +93,9 @@ class PartitionOwner:
         self.log_start_offset = 0
         self.fenced = False
         self.closed = False
+        # Record batch bytes taken in and served, since open: the shard's load figures (kafscale.ops.load_meter)
+        self.bytes_in = 0
+        self.bytes_out = 0
         self.segments: list[SegmentMeta] = []
         self.reader = ReadPath(self, cache)
         self._owner_revision = 0
@@ -238,6 +241,7 @@ class PartitionOwner:
                 pending.producers[header.producer_id] = self._producers.record(header, self.next_offset).copy()
             self.next_offset += header.last_offset_delta + 1
         pending.chunks.append(buf)
+        self.bytes_in += len(buf)
         pending.nbytes += len(buf)
         pending.last_offset = self.next_offset - 1
         outcome = AppendOutcome(base_offset=base, log_append_time=now_ms if log_append else -1,

@@ -159,7 +159,7 @@ class ShardCore:
             shard_id=self.shard_id, shards=len(self.placement.shards), cache_hits=self.cache.hits,
             cache_misses=self.cache.misses, cache_bytes=self.cache.size, s3_state=int(self.objects.state()),
             group_coordinators=len(self.groups.groups),
-            partitions=tuple(PartitionStats(t, p, o.high_watermark, o.log_start_offset)
+            partitions=tuple(PartitionStats(t, p, o.high_watermark, o.log_start_offset, o.bytes_in, o.bytes_out)
                              for (t, p), o in list(self.owners.items())))
 
     def _topic_changed(self, name: str, old: TopicInfo | None, info: TopicInfo | None) -> None:

@@ -52,6 +52,8 @@ class PartitionStats:
     partition: int
     high_watermark: int
     log_start_offset: int
+    bytes_in: int = 0  # record batch bytes appended since its owner opened here
+    bytes_out: int = 0  # record batch bytes served since its owner opened here
 
 
 @dataclass(frozen=True, slots=True)

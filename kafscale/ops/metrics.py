@@ -73,6 +73,7 @@ class ShardMetrics:
         self.meta_errors = Counter("kafscale_metadata_request_errors", "Metadata store calls that failed", ["op"],
                                    registry=r)
         self._requests: dict[int, Any] = {}
+        self.requests = 0  # answered since start: the load meter's request rate
         self._topics: dict[str, PartitionMetrics] = {}
         self._out: dict[str, tuple[Any, Any]] = {}
         self._s3: dict[str, tuple[Any, Any]] = {}
@@ -80,6 +81,7 @@ class ShardMetrics:
     # ---- hooks (hot path: keep them a lookup and an update)
 
     def observe_request(self, api_key: int, seconds: float) -> None:
+        self.requests += 1
         child = self._requests.get(api_key)
         if child is None:
             child = self._requests[api_key] = self.request_seconds.labels(api_name(api_key))

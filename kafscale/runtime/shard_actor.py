@@ -12,6 +12,7 @@ import ray
 
 from kafscale.broker.interface import FetchItem, Peer
 from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResult, PartitionLag, ProduceResult
+from kafscale.cluster.load import ShardLoad
 from kafscale.cluster.placement import ShardAddress
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
@@ -160,6 +161,10 @@ class ShardActor:
                 "port": host.listener.port, "serving": host.core.membership is None or host.core.membership.serving,
                 "partitions": sorted(f"{t}-{p}" for t, p in host.core.owners),
                 "groups": sorted(host.core.groups.groups)}
+
+    async def load(self) -> ShardLoad:
+        """The latest load sample (kafscale.ops.load_meter), for the controller: read, never computed here."""
+        return (await self._host()).load_meter.latest
 
     async def status(self) -> dict[str, Any]:
         host = await self._host()

@@ -19,6 +19,7 @@ from kafscale.cluster.placement import ShardAddress
 from kafscale.config import BrokerConfig
 from kafscale.ops.http import MetricsServer, ReadinessChecks, metrics_address
 from kafscale.ops.lag import LagSampler
+from kafscale.ops.load_meter import LoadCollector, LoadMeter
 from kafscale.ops.metrics import ShardMetrics, TimedMetadataStore
 from kafscale.server.dispatch import build_router
 from kafscale.server.listener import Listener
@@ -54,6 +55,8 @@ class ShardHost:
                                  idle_timeout_s=config.connections_max_idle_ms / 1000)
         self.lag_sampler = LagSampler(self.meta, self.core.stats)
         self.metrics.watch(self.core.stats, lambda: self.listener.connections, self.lag_sampler.lags)
+        self.load_meter = LoadMeter(shard_id, self.core.stats, lambda: self.metrics.requests)
+        self.metrics.registry.register(LoadCollector(self.load_meter))
         self.metrics_server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -69,7 +72,8 @@ class ShardHost:
         await self.core.join(BrokerRecord(self.shard_id, self.advertised_host(), self.listener.port, node_id=node_id,
                                           node_ip=node_ip, pid=os.getpid(), started_ms=int(time.time() * 1000)))
         log.info("shard %d listening on %s:%d", self.shard_id, self.listener.host, self.listener.port)
-        self._tasks.append(asyncio.get_running_loop().create_task(self.lag_sampler.run()))
+        loop = asyncio.get_running_loop()
+        self._tasks += [loop.create_task(self.lag_sampler.run()), loop.create_task(self.load_meter.run())]
         address = metrics_address(self.config.metrics_listen, self.shard_id)
         if address is not None:
             self.metrics_server = MetricsServer(self.shard_id, self.metrics.registry, self._readiness_checks,

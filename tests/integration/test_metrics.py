@@ -102,6 +102,33 @@ def test_metrics_move_with_traffic(broker_embedded: Cluster) -> None:
     assert status == 200 and json.loads(body)["ready"] is True
 
 
+def test_load_figures_follow_traffic(broker_embedded: Cluster) -> None:
+    """What the controller scales by (kafscale.ops.load_meter), also on /metrics: a partition's produce rate,
+    the shard's request rate and busy fraction, measured while a producer sends about 1 MB/s."""
+    topic = unique_topic("load")
+    p = Producer({"bootstrap.servers": broker_embedded.bootstrap, "linger.ms": 5})
+    started = time.monotonic()
+    sent = 0
+    samples: dict[Any, float] = {}
+    while time.monotonic() - started < 8:
+        for _ in range(10):
+            p.produce(topic, value=b"L" * 10_000, partition=0)
+        sent += 100_000
+        p.poll(0)
+        time.sleep(0.1)
+        samples = _scrape(broker_embedded)
+        if time.monotonic() - started > 3 and _value(samples, "kafscale_partition_bytes_in_per_second", topic=topic,
+                                                     partition="0") > 0:
+            break
+    assert p.flush(15) == 0
+    offered = sent / (time.monotonic() - started)
+    rate = _value(samples, "kafscale_partition_bytes_in_per_second", topic=topic, partition="0")
+    assert 0.3 * offered < rate < 3 * offered, (rate, offered)
+    assert _value(samples, "kafscale_shard_bytes_in_per_second") >= rate
+    assert _value(samples, "kafscale_shard_requests_per_second") > 1
+    assert 0 < _value(samples, "kafscale_shard_busy_ratio") < 4
+
+
 def test_group_coordinators_gauge_counts_the_groups_a_shard_hosts(broker_embedded: Cluster) -> None:
     topic = unique_topic("coordinated")
     p = Producer({"bootstrap.servers": broker_embedded.bootstrap})

@@ -63,6 +63,20 @@ class BrokerConfig:
     dashboard: bool = field(default=True, metadata={"help": "start the Ray dashboard with a local Ray head"})
     dashboard_port: int = field(default=8265, metadata={"help": "Ray dashboard port (on 127.0.0.1)"})
     moves_in_flight: int = field(default=4, metadata={"help": "planned partition moves the controller runs at once"})
+    autoscale: bool = field(default=False, metadata={
+        "help": "the controller sets the number of shards by measured load, between --min-shards and --max-shards"
+                " (instead of --shards-per-node on every node)"})
+    min_shards: int = field(default=1, metadata={"help": "autoscale: fewest shards (the idle cluster's size)"})
+    max_shards: int = field(default=0, metadata={
+        "help": "autoscale: most shards (0 = as many as the alive nodes' CPUs fit, at --shard-cpus each)"})
+    target_utilization: float = field(default=0.6, metadata={
+        "help": "autoscale: the busy fraction (CPU used / CPU allowed) shards should run at"})
+    scale_up_delay_s: float = field(default=10.0, metadata={
+        "help": "autoscale: how long more shards must be wanted before they are started"})
+    scale_down_delay_s: float = field(default=120.0, metadata={
+        "help": "autoscale: how long fewer shards must be wanted before one is drained and stopped"})
+    shard_cpus: float = field(default=1.0, metadata={
+        "help": "autoscale: CPUs each shard asks Ray for (what Ray's autoscaler provisions nodes by)"})
     partitions_per_shard: int = field(default=0, metadata={"help": "deprecated and ignored; will be removed"})
     flush_interval_ms: int = field(default=50, metadata={
         "help": "max time a record waits to flush while no earlier upload of its partition is running"})
@@ -157,6 +171,18 @@ class BrokerConfig:
             raise ConfigError(f"shards_per_node: must be >= 0, got {self.shards_per_node}")
         if self.moves_in_flight <= 0:
             raise ConfigError(f"moves_in_flight: must be positive, got {self.moves_in_flight}")
+        if self.min_shards < 1:
+            raise ConfigError(f"min_shards: must be at least 1, got {self.min_shards}")
+        if self.max_shards and self.max_shards < self.min_shards:
+            raise ConfigError(f"max_shards: must be 0 (as many as fit) or at least min_shards ({self.min_shards}),"
+                              f" got {self.max_shards}")
+        if not 0 < self.target_utilization <= 1:
+            raise ConfigError(f"target_utilization: must be in (0, 1], got {self.target_utilization}")
+        if self.scale_up_delay_s < 0 or self.scale_down_delay_s < 0:
+            raise ConfigError(f"scale_up_delay_s and scale_down_delay_s: must be >= 0, got {self.scale_up_delay_s}"
+                              f" and {self.scale_down_delay_s}")
+        if self.shard_cpus <= 0:
+            raise ConfigError(f"shard_cpus: must be positive, got {self.shard_cpus}")
         if self.connections_max_idle_ms < 0:
             raise ConfigError(f"connections_max_idle_ms: must be >= 0 (0 = never), got {self.connections_max_idle_ms}")
         ports = self._explicit_ports()

@@ -9,7 +9,7 @@ balanced separately, each over the same shards.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -88,6 +88,77 @@ def balance(assignment: Mapping[Hashable, int], shards: Iterable[int]) -> list[M
             final[item] = least
     return [Move(item, shard, final[item]) for item, shard in sorted(assignment.items(), key=lambda kv: repr(kv[0]))
             if final[item] != shard]
+
+
+def balance_by_load(assignment: Mapping[Hashable, int], loads: Mapping[Hashable, float], shards: Iterable[int],
+                    max_moves: int, tolerance: float | None = None) -> list[Move]:
+    """At most max_moves moves that even out the shards' measured load. loads: item -> its busy share
+    (ShardLoad.partition_busy; items missing count as 0). Each item moves at most once.
+
+    Items on shards not listed go first, hottest first, each to the least loaded shard. Then, greedily: from the
+    most loaded shard, the item whose move best halves its gap to the least loaded one, never one that leaves
+    the target as hot as the source was, until the gap is within `tolerance` (default: 10 % of the mean shard
+    load, at least 0.05 busy: a move pauses its producers, which a smaller gap does not repay, and busy
+    readings jitter about that much). An item at least as busy as the mean shard load cannot share a shard
+    without making it hotter than the mean: it stays where it is and the others leave its shard (which, above
+    the mean, is never the least loaded: nothing moves onto it).
+    """
+    shards = sorted(set(shards))
+    if not shards or max_moves <= 0:
+        return []
+    items = sorted(assignment, key=repr)
+    weight = {i: max(loads.get(i, 0.0), 0.0) for i in items}
+    load = {s: 0.0 for s in shards}
+    on: dict[int, list[Hashable]] = {s: [] for s in shards}
+    for i in items:
+        if assignment[i] in load:
+            load[assignment[i]] += weight[i]
+            on[assignment[i]].append(i)
+    moves: list[Move] = []
+    moved: set[Hashable] = set()
+
+    def move(item: Hashable, source: int | None, target: int) -> None:
+        if source is not None:
+            load[source] -= weight[item]
+            on[source].remove(item)
+        load[target] += weight[item]
+        on[target].append(item)
+        moved.add(item)
+        moves.append(Move(item, assignment[item], target))
+
+    for i in sorted((i for i in items if assignment[i] not in load), key=lambda i: -weight[i])[:max_moves]:
+        move(i, None, min(shards, key=lambda s: (load[s], s)))
+    mean = sum(weight.values()) / len(shards)
+    tol = max(0.05, 0.1 * mean) if tolerance is None else tolerance
+    pinned: dict[int, Hashable] = {}  # shard -> its item that must end alone there
+    for s in shards:
+        top = max(on[s], key=lambda i: weight[i], default=None)
+        if top is not None and weight[top] >= mean > 0:
+            pinned[s] = top
+    while len(moves) < max_moves:
+        target = min(shards, key=lambda s: (load[s], s))  # never a pinned one: those are above the mean
+        for source in sorted(shards, key=lambda s: (-load[s], s)):
+            gap = load[source] - load[target]
+            if gap <= tol:
+                return moves
+            # 0 < weight < gap: the move narrows the gap, and the target ends cooler than the source was (by more
+            # than a float sum's rounding: an item as big as the gap would only swap the two loads).
+            fits = [i for i in on[source]
+                    if i not in moved and i != pinned.get(source) and 0 < weight[i] < gap - 1e-9]
+            if fits:
+                move(min(fits, key=lambda i: abs(gap / 2 - weight[i])), source, target)
+                break
+        else:
+            break
+    return moves
+
+
+def pick_to_drain(loads_by_shard: Mapping[int, float], items_by_shard: Mapping[int, Collection[Hashable]]) -> int:
+    """The shard to drain on scale-down: the least loaded (its work disturbs the others least), then the one
+    with the fewest items (the fewest moves), then the highest id (the ids in use stay low)."""
+    if not loads_by_shard:
+        raise ValueError("no shard to drain")
+    return min(loads_by_shard, key=lambda s: (loads_by_shard[s], len(items_by_shard.get(s, ())), -s))
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ SHARDS = "cluster/shards/"
 NEXT_SHARD_ID = "cluster/next_shard_id"
 GROUP_SLOTS = "cluster/groups"
 DRAINING = "cluster/draining"
+AUTOSCALE = "cluster/autoscale"  # --autoscale: the shard count wanted, and the shards being drained to stop
 
 
 def broker(shard_id: int) -> str:

@@ -37,7 +37,8 @@ class ShardLoad:
 
     def partition_busy(self) -> dict[tuple[str, int], float]:
         """Each partition's share of `busy`, in proportion to its bytes in and out: the shard's CPU is spent
-        mostly per byte, and what no partition accounts for (requests without data) stays the shard's."""
+        mostly per byte. Everything is shared out, request overhead too, so a shard whose bytes are nearly all one
+        partition's shows that partition as its whole load (which, moved, it mostly is)."""
         total = sum(p.bytes for p in self.partitions)
         if total <= 0:
             return {p.key: 0.0 for p in self.partitions}

@@ -75,6 +75,27 @@ async def set_draining(meta: MetadataStore, shards: set[int]) -> None:
     await meta.put(keys.DRAINING, {"shards": sorted(shards)})
 
 
+@dataclass(frozen=True, slots=True)
+class ScaleState:
+    """What the controller's autoscaling has decided, kept so that a restarted controller carries it on."""
+
+    desired: int
+    removing: tuple[int, ...] = ()  # shards being drained to be stopped
+    reason: str = ""
+
+
+async def scale_state(meta: MetadataStore) -> ScaleState | None:
+    kv = await meta.get(keys.AUTOSCALE)
+    if kv is None:
+        return None
+    return ScaleState(int(kv.value["desired"]), tuple(kv.value.get("removing", ())), str(kv.value.get("reason", "")))
+
+
+async def set_scale_state(meta: MetadataStore, state: ScaleState) -> None:
+    await meta.put(keys.AUTOSCALE, {"desired": state.desired, "removing": list(state.removing),
+                                    "reason": state.reason})
+
+
 async def topics(meta: MetadataStore) -> dict[str, TopicInfo]:
     return {kv.key[len(keys.TOPICS):]: TopicInfo.from_value(kv.key[len(keys.TOPICS):], kv.value)
             for kv in await meta.range(keys.TOPICS)}

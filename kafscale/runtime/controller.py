@@ -3,7 +3,8 @@
 Everything it decides is kept in the metadata store, so it can die and come back (it is a detached actor
 that Ray restarts; its loop starts itself) without the shards noticing:
 - `cluster/shards/{id}`: the shards wanted, `shards_per_node` on every alive Ray node (kafscale.cluster.assign
-  .plan_shards), each a detached actor pinned to its node;
+  .plan_shards) or, with --autoscale, as many as the load needs where they fit (kafscale.runtime.scaler), each
+  a detached actor pinned to its node;
 - each topic's placement and `cluster/groups`: who leads each partition and coordinates each group slot.
 
 Each round (every RECONCILE_S, and at once when a shard's lease lapses):
@@ -12,10 +13,13 @@ Each round (every RECONCILE_S, and at once when a shard's lease lapses):
 3. healing: partitions and group slots whose shard is gone move to the live shards with the least work, at a
    new leader epoch. A shard is gone when it holds no lease and either its node is gone or its lease lapsed
    after it was seen live; one that never registered gets STARTUP_GRACE_S (RESTARTED_GRACE_S when this
-   controller restarted into a running cluster).
+   controller restarted into a running cluster);
+4. with --autoscale, one scaling step (kafscale.runtime.scaler): more shards, a shard drained and stopped, or
+   partitions balanced by measured load.
 
-Planned moves (move, rebalance, drain) hand off: the old shard flushes, commits and lets go, then placement
-names the new one, which opens at a higher epoch with the producer state its predecessor committed.
+Planned moves (move, rebalance, drain, autoscaling) hand off (kafscale.runtime.planned_moves): the old shard
+flushes, commits and lets go, then placement names the new one, which opens at a higher epoch with the producer
+state its predecessor committed.
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kafscale.cluster import keys
 from kafscale.cluster import placement_store as store
-from kafscale.cluster.assign import Move, Node, balance, drain, heal, plan_shards
+from kafscale.cluster.assign import Move, Node, heal, plan_shards
 from kafscale.cluster.layout import layout
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
+from kafscale.runtime import planned_moves
+from kafscale.runtime.scaler import Scaler
 from kafscale.runtime.shard_actor import ShardActor, open_metadata_store, shard_actor_name
 from kafscale.storage.metadata_store import MetadataStore
 
@@ -47,7 +53,6 @@ METADATA_ACTOR_NAME = "kafscale-metadata"
 RECONCILE_S = 1.0
 STARTUP_GRACE_S = 30.0  # a wanted shard that never registered is given this long before its work moves
 RESTARTED_GRACE_S = 6.0  # after a controller restart, for shards not live at its first round
-RELEASE_TIMEOUT_S = 15.0
 ADVERTISED_HOST_LABEL = "kafscale-advertised-host"
 SHARDS_LABEL = "kafscale-shards"
 
@@ -73,6 +78,8 @@ class Controller:
         self.warned: set[str] = set()
         self._wake = asyncio.Event()
         self._moves = asyncio.Semaphore(self.config.moves_in_flight)
+        self.scaler = Scaler(self.config) if self.config.autoscale else None
+        self.capacity = 0  # shards the alive nodes fit, under --autoscale
         # Started here, not by a call: after Ray restarts this actor, nobody would call start() again.
         self._loop = asyncio.get_event_loop().create_task(self._run())
 
@@ -149,8 +156,11 @@ class Controller:
                 self._start(shard)
         await store.ensure_group_slots(meta, list(wanted))
         await self._heal(meta, wanted)
+        if self.scaler is not None:
+            handles = {s: h for s, (_, h) in self.handles.items()}
+            await self.scaler.step(meta, handles, self.live, set(wanted), self.capacity, self._hand_off, self._forget)
 
-    def _nodes(self) -> tuple[list[Node], dict[str, dict[str, str]]]:
+    def _nodes(self, wanted: dict[int, store.WantedShard]) -> tuple[list[Node], dict[str, dict[str, str]]]:
         """The alive nodes that should run shards, and every alive node's labels."""
         nodes = []
         local_objects = not self.config.s3_bucket and not self.config.shared_data_dir
@@ -158,6 +168,15 @@ class Controller:
         self.known_nodes = {n["NodeID"] for n in every}  # alive or dead: the nodes this Ray cluster has had
         alive = [n for n in every if n.get("Alive")]
         labels = {n["NodeID"]: dict(n.get("Labels") or {}) for n in alive}
+        fit = None
+        if self.scaler is not None:
+            running: dict[str, int] = {}
+            for shard in wanted.values():
+                running[shard.node_id] = running.get(shard.node_id, 0) + 1
+            usable = [n for n in alive if not local_objects or n["NodeID"] == self.node_id]
+            fit = self.scaler.fit(usable, running)
+            self.capacity = fit.capacity
+            self.scaler.request_nodes(fit)
         for n in alive:
             node_id = n["NodeID"]
             if local_objects and node_id != self.node_id:
@@ -168,7 +187,9 @@ class Controller:
                               n["NodeManagerAddress"], self.config.data_dir)
                 continue
             count = self.config.shards_on(n.get("Resources", {}).get("CPU"))
-            if SHARDS_LABEL in labels[node_id]:
+            if fit is not None:
+                count = fit.per_node.get(node_id, 0)
+            elif SHARDS_LABEL in labels[node_id]:
                 count = int(labels[node_id][SHARDS_LABEL])
             nodes.append(Node(node_id, n["NodeManagerAddress"], count))
         return nodes, labels
@@ -176,7 +197,7 @@ class Controller:
     async def _place_shards(self, meta: MetadataStore) -> dict[int, store.WantedShard]:
         """Step 1: the shards every alive node should run, kept in the store."""
         wanted = await store.wanted_shards(meta)
-        nodes, labels = self._nodes()
+        nodes, labels = self._nodes(wanted)
         plan = plan_shards(nodes, {s.id: (s.node_id, s.node_ip, s.slot) for s in wanted.values()})
         ips = {n.id: n.ip for n in nodes}
 
@@ -219,6 +240,7 @@ class Controller:
             self._end_actor(shard.id)
         handle = ShardActor.options(  # type: ignore[attr-defined]
             name=shard_actor_name(shard.id), namespace=self.ray_namespace, get_if_exists=True,
+            num_cpus=self.config.shard_cpus if self.scaler is not None else 0,
             lifetime="detached", runtime_env={"env_vars": self.env},
             scheduling_strategy=NodeAffinitySchedulingStrategy(shard.node_id, soft=False),
         ).remote(shard.id, dataclasses.asdict(self.config), shard.port, shard.host,
@@ -239,6 +261,17 @@ class Controller:
                 log.warning("controller: shard %d not started yet: %s", shard.id, f.exception())
 
         future.add_done_callback(done)
+
+    async def _forget(self, shard_id: int) -> None:
+        """A shard scaled away, its work already moved: stopped cleanly (its lease goes with it), then ended."""
+        known = self.handles.get(shard_id)
+        if known is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(known[1].stop.remote(), 30)
+        await store.forget(self.meta or await self._store(), shard_id)
+        self.seen_live.discard(shard_id)
+        self.missing_since.pop(shard_id, None)
+        self._end_actor(shard_id)
 
     def _end_actor(self, shard_id: int) -> None:
         known = self.handles.pop(shard_id, None)
@@ -278,72 +311,21 @@ class Controller:
     # ---------------------------------------------------------------- planned moves
 
     async def _hand_off(self, moves: list[Move]) -> list[dict[str, Any]]:
-        """Planned moves, at most moves_in_flight at once: the source flushes and lets go, then placement
-        names the target. A source that cannot be reached is fenced by the target's new epoch instead."""
         assert self.meta is not None
-        meta = self.meta
-
-        async def one(m: Move) -> dict[str, Any]:
-            async with self._moves:
-                started = time.monotonic()
-                topic, partition = m.item  # type: ignore[misc]
-                if topic and m.source in self.live and m.source in self.handles:
-                    try:
-                        await asyncio.wait_for(self.handles[m.source][1].release.remote(topic, partition),
-                                               RELEASE_TIMEOUT_S)
-                    except Exception as e:
-                        log.warning("controller: shard %d did not release %s-%d (%s); fencing it instead",
-                                    m.source, topic, partition, e)
-                written = await store.write_moves(meta, [m])
-                return {"topic": topic or None, "partition": partition if topic else None,
-                        "group_slot": None if topic else partition, "from": m.source, "to": m.target,
-                        "moved": bool(written), "seconds": round(time.monotonic() - started, 3)}
-
-        return list(await asyncio.gather(*(one(m) for m in moves)))
+        release = {s: h.release for s, (_, h) in self.handles.items() if s in self.live}
+        return await planned_moves.hand_off(self.meta, moves, release, self._moves)
 
     async def move(self, topic: str, partition: int, target: int) -> dict[str, Any]:
         """`kafscale partition move`: one partition to a live shard."""
-        meta = await self._store()
-        infos = await store.topics(meta)
-        info = infos.get(topic)
-        if info is None or not 0 <= partition < info.partitions:
-            raise ValueError(f"no partition {topic}-{partition}")
-        if target not in await store.live_shards(meta):
-            raise ValueError(f"shard {target} is not live")
-        source = info.placement[partition]
-        if source == target:
-            return {"topic": topic, "partition": partition, "from": source, "to": target, "moved": False,
-                    "seconds": 0.0}
-        return (await self._hand_off([Move((topic, partition), source, target)]))[0]
+        return await planned_moves.move_partition(await self._store(), topic, partition, target, self._hand_off)
 
     async def rebalance(self) -> list[dict[str, Any]]:
-        """`kafscale cluster rebalance`: partitions and group slots even over the live shards (drained ones
-        included again: a drained node that stayed up is back in use)."""
-        meta = await self._store()
-        await store.set_draining(meta, set())
-        live = sorted(await store.live_shards(meta))
-        moves = (balance(store.partition_assignment(await store.topics(meta)), live)
-                 + balance(store.slot_assignment(await store.group_slots(meta)), live))
-        return await self._hand_off(moves)
+        """`kafscale cluster rebalance`: partitions and group slots even over the live shards."""
+        return await planned_moves.rebalance(await self._store(), self._hand_off)
 
     async def drain(self, node: str) -> list[dict[str, Any]]:
         """`kafscale cluster drain`: everything off the shards of a node (by IP or node id prefix)."""
-        meta = await self._store()
-        live = await store.live_shards(meta)
-        leaving = {s for s, b in live.items() if node in (b.node_ip, b.host) or (len(node) >= 6 and
-                                                                               b.node_id.startswith(node))}
-        if not leaving:
-            raise ValueError(f"no live shard on node {node}")
-        drained = await store.draining(meta)
-        remaining = [s for s in live if s not in leaving and s not in drained]
-        if not remaining:
-            raise ValueError(f"node {node} runs every live shard that is not drained: there is nowhere to move"
-                             " its work")
-        # First: nothing new lands there (new topics, healing) while its work moves off.
-        await store.set_draining(meta, drained | leaving)
-        moves = (drain(store.partition_assignment(await store.topics(meta)), leaving, remaining)
-                 + drain(store.slot_assignment(await store.group_slots(meta)), leaving, remaining))
-        return await self._hand_off(moves)
+        return await planned_moves.drain_node(await self._store(), node, self._hand_off)
 
     # ---------------------------------------------------------------- inspection and lifecycle
 
@@ -382,6 +364,8 @@ class Controller:
         """Flush and release every partition, then end the shards and the metadata actor (the wanted shards
         stay in the store, so the next `kafscale serve` on these hosts brings back the same broker ids)."""
         self.stopping = True
+        if self.scaler is not None:
+            await self.scaler.stop()
         self._loop.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._loop

@@ -1,6 +1,6 @@
 """The broker on a 3-node Ray cluster (every node on 127.0.0.1), with etcd and S3, driven by real clients.
 
-One Ray cluster serves the whole module (nodes are cheap to kill, not to start); each test runs its own
+One Ray cluster serves the whole module (tests/cluster/conftest.py); each test runs its own
 `kafscale serve --ray-address` on it with shards on every node, and the node-loss test adds a node back.
 """
 
@@ -29,14 +29,7 @@ from kafscale.testing.ports import free_port
 from kafscale.testing.ray_cluster import RayTestCluster, wait_until
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess
-
-NODES = 3
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[RayTestCluster]:
-    with RayTestCluster(nodes=NODES, cpus_per_node=1) as cluster:
-        yield cluster
+from tests.cluster.conftest import NODES
 
 
 @pytest.fixture

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafscale.cluster.assign import Move, Node, balance, drain, heal, plan_shards
+from kafscale.cluster.assign import Move, Node, balance, balance_by_load, drain, heal, pick_to_drain, plan_shards
 from kafscale.cluster.placement import GROUP_SLOTS, Placement, ShardAddress, group_slot, spread
 from kafscale.cluster.topics import TopicInfo
 
@@ -63,6 +64,106 @@ def test_balance_spreads_each_topic_not_only_the_counts() -> None:
 
 def test_balance_of_an_even_assignment_moves_nothing() -> None:
     assert balance(parts(0, 1, 2, 0, 1, 2), [0, 1, 2]) == []
+
+
+def shard_loads(assignment: dict[tuple[str, int], int], loads: dict[tuple[str, int], float],
+                shards: list[int]) -> dict[int, float]:
+    totals = dict.fromkeys(shards, 0.0)
+    for item, shard in assignment.items():
+        if shard in totals:
+            totals[shard] += loads.get(item, 0.0)
+    return totals
+
+
+def apply(assignment: dict[tuple[str, int], int], moves: list[Move]) -> dict[tuple[str, int], int]:
+    return {**assignment, **{m.item: m.target for m in moves}}  # type: ignore[dict-item]
+
+
+def test_balance_by_load_leaves_a_hot_partition_alone_on_its_shard() -> None:
+    # Shard 0 holds the hot partition and three others; shard 2 is new.
+    assignment = parts(0, 0, 0, 0, 1)
+    loads = {("t", 0): 0.9, ("t", 1): 0.1, ("t", 2): 0.1, ("t", 3): 0.1, ("t", 4): 0.1}
+    moves = balance_by_load(assignment, loads, [0, 1, 2], max_moves=10)
+    after = apply(assignment, moves)
+    assert [item for item, shard in after.items() if shard == 0] == [("t", 0)]
+    assert ("t", 0) not in {m.item for m in moves}
+    assert sorted(shard_loads(after, loads, [0, 1, 2]).values()) == pytest.approx([0.2, 0.2, 0.9])
+
+
+def test_balance_by_load_evens_a_new_shard_out_in_few_moves() -> None:
+    assignment = parts(0, 0, 0, 0, 0, 0)
+    loads = dict.fromkeys(assignment, 0.1)
+    moves = balance_by_load(assignment, loads, [0, 1], max_moves=10)
+    assert len(moves) == 3 and all(m.source == 0 and m.target == 1 for m in moves)
+
+
+def test_balance_by_load_moves_the_item_that_best_halves_the_gap() -> None:
+    assignment = parts(0, 0, 0, 1)
+    loads = {("t", 0): 0.5, ("t", 1): 0.3, ("t", 2): 0.05, ("t", 3): 0.1}  # 0.85 against 0.1
+    # 0.3 first (nearest half the 0.75 gap), then 0.05 evens out what is left (0.55 against 0.4).
+    assert balance_by_load(assignment, loads, [0, 1], max_moves=10) == [Move(("t", 1), 0, 1), Move(("t", 2), 0, 1)]
+
+
+def test_balance_by_load_leaves_equal_loads_and_gaps_within_tolerance_alone() -> None:
+    assignment = parts(0, 1, 2, 0, 1, 2)
+    assert balance_by_load(assignment, dict.fromkeys(assignment, 0.2), [0, 1, 2], max_moves=10) == []
+    # 0.42, 0.40 and 0.38: moving the 0.02 item would even it out, but the gap is within the tolerance (0.05).
+    jitter = {**dict.fromkeys(assignment, 0.2), ("t", 5): 0.18, ("t", 6): 0.02}
+    assert balance_by_load({**assignment, ("t", 6): 0}, jitter, [0, 1, 2], max_moves=10) == []
+    assert balance_by_load({**assignment, ("t", 6): 0}, jitter, [0, 1, 2], max_moves=10, tolerance=0.01) == [
+        Move(("t", 6), 0, 2)]
+    assert balance_by_load(assignment, {}, [0, 1, 2], max_moves=10) == []  # no load reported: nothing to go by
+
+
+def test_balance_by_load_makes_at_most_max_moves() -> None:
+    assignment = parts(*[0] * 8)
+    loads = dict.fromkeys(assignment, 0.1)
+    assert len(balance_by_load(assignment, loads, [0, 1, 2, 3], max_moves=2)) == 2
+    assert len(balance_by_load(assignment, loads, [0, 1, 2, 3], max_moves=10)) == 6
+    assert balance_by_load(assignment, loads, [0, 1, 2, 3], max_moves=0) == []
+
+
+def test_balance_by_load_moves_items_of_unknown_shards_hottest_first_to_the_least_loaded() -> None:
+    assignment = parts(0, 9, 9, 1)
+    loads = {("t", 0): 0.4, ("t", 1): 0.5, ("t", 2): 0.1, ("t", 3): 0.2}
+    moves = balance_by_load(assignment, loads, [0, 1], max_moves=10)
+    assert moves[:2] == [Move(("t", 1), 9, 1), Move(("t", 2), 9, 0)]
+    assert set(apply(assignment, moves).values()) <= {0, 1}
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.floats(0, 1)), max_size=40),
+       st.lists(st.integers(0, 4), min_size=1, max_size=5, unique=True), st.integers(0, 50))
+def test_balance_by_load_never_makes_the_hottest_shard_hotter(
+        placed: list[tuple[int, float]], shards: list[int], max_moves: int) -> None:
+    assignment = {("t", p): shards[s % len(shards)] for p, (s, _) in enumerate(placed)}
+    loads = {("t", p): busy for p, (_, busy) in enumerate(placed)}
+    moves = balance_by_load(assignment, loads, shards, max_moves)
+    assert len(moves) <= max_moves and len({m.item for m in moves}) == len(moves)
+    before = shard_loads(assignment, loads, shards)
+    current = dict(before)
+    for m in moves:  # each move leaves its target cooler than its source was
+        assert assignment[m.item] == m.source != m.target  # type: ignore[index]
+        assert current[m.target] + loads[m.item] < current[m.source]  # type: ignore[index]
+        current[m.source] -= loads[m.item]  # type: ignore[index]
+        current[m.target] += loads[m.item]  # type: ignore[index]
+    assert max(shard_loads(apply(assignment, moves), loads, shards).values()) <= max(before.values()) + 1e-9
+
+
+def test_balance_by_load_is_deterministic_whatever_the_order_of_its_inputs() -> None:
+    assignment = parts(0, 0, 0, 1, 1, 7)
+    loads = {("t", 0): 0.3, ("t", 1): 0.3, ("t", 2): 0.2, ("t", 3): 0.2, ("t", 4): 0.1, ("t", 5): 0.3}
+    first = balance_by_load(assignment, loads, [0, 1, 2], max_moves=10)
+    reordered = balance_by_load(dict(reversed(assignment.items())), dict(reversed(loads.items())), [2, 1, 0], 10)
+    assert first == reordered and first == balance_by_load(assignment, loads, [0, 1, 2], max_moves=10)
+    assert first  # there was something to do
+
+
+def test_pick_to_drain_takes_the_least_loaded_then_the_fewest_items_then_the_highest_id() -> None:
+    assert pick_to_drain({0: 0.5, 1: 0.1, 2: 0.3}, {0: [1], 1: [1, 2, 3], 2: []}) == 1
+    assert pick_to_drain({0: 0.1, 1: 0.1, 2: 0.3}, {0: [1], 1: [1, 2], 2: []}) == 0
+    assert pick_to_drain({0: 0.0, 1: 0.0, 2: 0.0}, {}) == 2
+    with pytest.raises(ValueError, match="no shard to drain"):
+        pick_to_drain({}, {})
 
 
 def test_every_node_gets_its_shards_at_distinct_port_slots_of_a_shared_address() -> None:

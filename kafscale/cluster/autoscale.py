@@ -8,7 +8,7 @@ work over them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kafscale.cluster.load import ShardLoad
@@ -59,6 +59,29 @@ class Decision:
         return self.desired != self.current
 
 
+class _Wanted:
+    """Since when a change of the count has been wanted without a break, and the count to take then."""
+
+    def __init__(self, keep: Callable[[int, int], int]) -> None:
+        self.keep = keep  # of two counts wanted at different times, the one wanted throughout
+        self.since: float | None = None
+        self.count = 0
+
+    def want(self, now: float, count: int) -> float:
+        """Wanted now too; returns for how long it has been."""
+        if self.since is None:
+            self.since, self.count = now, count
+        self.count = self.keep(self.count, count)
+        return now - self.since
+
+    def take(self) -> int:
+        self.since = None
+        return self.count
+
+    def reset(self) -> None:
+        self.since = None
+
+
 class Autoscaler:
     """Holds only since when scaling up or down has been wanted; the controller calls decide() on every load
     round. After it acts on a change it must pass the new count as `current` (shards started count at once,
@@ -66,15 +89,14 @@ class Autoscaler:
 
     def __init__(self, settings: AutoscaleSettings) -> None:
         self.settings = settings
-        self._up_since: float | None = None
-        self._up_to = 0  # the fewest shards wanted since _up_since: what was wanted throughout
-        self._down_since: float | None = None
-        self._down_to = 0  # the most shards wanted since _down_since
+        self._up = _Wanted(min)  # scaling up goes to the fewest shards wanted throughout its delay
+        self._down = _Wanted(max)  # scaling down to the most
 
     def decide(self, now: float, current: int, loads: Sequence[ShardLoad]) -> Decision:
         s = self.settings
         if not s.min_shards <= current <= s.max_shards:  # settings, not load: no delay
-            self._up_since = self._down_since = None
+            self._up.reset()
+            self._down.reset()
             desired = min(max(current, s.min_shards), s.max_shards)
             return Decision(desired, current, f"{current} shards outside [{s.min_shards}, {s.max_shards}]")
         reports = {load.shard_id: load for load in loads}  # the latest report of each shard
@@ -93,31 +115,25 @@ class Autoscaler:
             figures += "; a shard each for hot " + ", ".join(f"{t}[{p}] at {busy:.2f}" for busy, (t, p) in hot)
 
         if up > current:
-            self._down_since = None
-            if self._up_since is None:
-                self._up_since, self._up_to = now, up
-            self._up_to = min(self._up_to, up)
-            waited = now - self._up_since
+            self._down.reset()
+            waited = self._up.want(now, up)
             if waited < s.scale_up_delay_s:
                 return Decision(current, current, f"{figures}: needs {up}, wanted for {waited:.0f} of "
                                                   f"{s.scale_up_delay_s:.0f} s before scaling up")
-            desired, self._up_since = self._up_to, None
+            desired = self._up.take()
             return Decision(desired, current, f"scale up to {desired}: {figures}; wanted for {waited:.0f} s")
-        self._up_since = None
+        self._up.reset()
 
         missing = current - len(reports)
         if down < current and missing <= 0:
-            if self._down_since is None:
-                self._down_since, self._down_to = now, down
-            self._down_to = max(self._down_to, down)
-            waited = now - self._down_since
+            waited = self._down.want(now, down)
             if waited < s.scale_down_delay_s:
                 return Decision(current, current, f"{figures}: {down} would do, wanted for {waited:.0f} of "
                                                   f"{s.scale_down_delay_s:.0f} s before scaling down")
-            desired, self._down_since = self._down_to, None
+            desired = self._down.take()
             return Decision(desired, current, f"scale down to {desired}: {figures}; at most "
                                               f"{s.downscale_utilization:.2f} each after, wanted for {waited:.0f} s")
-        self._down_since = None
+        self._down.reset()
 
         if down < current:  # missing > 0: an unreported shard may carry the load that forbids it
             return Decision(current, current, f"{figures}: {missing} not reported, no scale-down on missing data")

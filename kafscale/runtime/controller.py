@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections import Counter
 from typing import Any
 
 import ray
@@ -170,9 +171,7 @@ class Controller:
         labels = {n["NodeID"]: dict(n.get("Labels") or {}) for n in alive}
         fit = None
         if self.scaler is not None:
-            running: dict[str, int] = {}
-            for shard in wanted.values():
-                running[shard.node_id] = running.get(shard.node_id, 0) + 1
+            running = Counter(shard.node_id for shard in wanted.values())
             usable = [n for n in alive if not local_objects or n["NodeID"] == self.node_id]
             fit = self.scaler.fit(usable, running)
             self.capacity = fit.capacity
@@ -268,7 +267,7 @@ class Controller:
         if known is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(known[1].stop.remote(), 30)
-        await store.forget(self.meta or await self._store(), shard_id)
+        await store.forget(await self._store(), shard_id)
         self.seen_live.discard(shard_id)
         self.missing_since.pop(shard_id, None)
         self._end_actor(shard_id)

@@ -81,8 +81,14 @@ async def drain_node(meta: MetadataStore, node: str, hand_off: HandOff) -> list[
     remaining = [s for s in live if s not in leaving and s not in drained]
     if not remaining:
         raise ValueError(f"node {node} runs every live shard that is not drained: there is nowhere to move its work")
+    return await drain_shards(meta, leaving, remaining, hand_off)
+
+
+async def drain_shards(meta: MetadataStore, leaving: set[int], remaining: list[int],
+                       hand_off: HandOff) -> list[dict[str, Any]]:
+    """Everything on the leaving shards to the remaining ones (a node's drain, an autoscaled shard's removal)."""
     # First: nothing new lands there (new topics, healing) while its work moves off.
-    await store.set_draining(meta, drained | leaving)
+    await store.set_draining(meta, await store.draining(meta) | leaving)
     moves = (drain(store.partition_assignment(await store.topics(meta)), leaving, remaining)
              + drain(store.slot_assignment(await store.group_slots(meta)), leaving, remaining))
     return await hand_off(moves)

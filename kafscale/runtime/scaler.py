@@ -21,20 +21,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kafscale.cluster import placement_store as store
-from kafscale.cluster.assign import Move, balance, balance_by_load, drain, pick_to_drain
+from kafscale.cluster.assign import balance, balance_by_load, pick_to_drain
 from kafscale.cluster.autoscale import Autoscaler, AutoscaleSettings, Decision
 from kafscale.cluster.fit import Fit, fit_shards, node_capacity
 from kafscale.cluster.load import ShardLoad
 from kafscale.config import BrokerConfig
 from kafscale.ops.load_meter import LOAD_INTERVAL_S
+from kafscale.runtime.planned_moves import HandOff, drain_shards
 from kafscale.storage.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
 LOAD_CALL_TIMEOUT_S = 2.0
 SETTLE_S = 2 * LOAD_INTERVAL_S  # after moves, the load is measured afresh before anything else moves
 SAY_EVERY_S = 30.0
-
-HandOff = Callable[[list[Move]], Awaitable[list[dict[str, Any]]]]
 
 
 class Scaler:
@@ -44,7 +43,6 @@ class Scaler:
         self.state = store.ScaleState(config.min_shards)
         self.loaded = False
         self.loads: dict[int, ShardLoad] = {}
-        self.last: Decision | None = None
         self.requested = -1
         self.settled_at = 0.0
         self.said_at = 0.0
@@ -105,7 +103,6 @@ class Scaler:
             self.said_at = now
         if decision.change:
             log.warning("autoscale: %d -> %d shards: %s", decision.current, decision.desired, decision.reason)
-            self.last = decision
             if decision.desired >= len(active):  # more, or fewer of those not started yet: nothing to drain
                 await self._save(meta, store.ScaleState(decision.desired, (), decision.reason))
                 return
@@ -161,12 +158,9 @@ class Scaler:
     async def _remove(self, meta: MetadataStore, leaving: list[int], remaining: list[int], hand_off: HandOff,
                       forget: Callable[[int], Awaitable[None]]) -> None:
         """Scale down: nothing new lands on the leaving shards, their work moves off, then they stop."""
-        draining = await store.draining(meta)
-        await store.set_draining(meta, draining | set(leaving))
-        moves = (drain(store.partition_assignment(await store.topics(meta)), set(leaving), remaining)
-                 + drain(store.slot_assignment(await store.group_slots(meta)), set(leaving), remaining))
-        if moves:
-            self.metrics.moved(len(await hand_off(moves)))
+        moved = await drain_shards(meta, set(leaving), remaining, hand_off)
+        if moved:
+            self.metrics.moved(len(moved))
         held = set(store.partition_assignment(await store.topics(meta)).values())
         held |= set(store.slot_assignment(await store.group_slots(meta)).values())
         for shard in leaving:

@@ -11,7 +11,14 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResult, PartitionLag, ProduceResult
+from kafscale.broker.results import (
+    DeleteRecordsResult,
+    FetchResult,
+    GroupOffsets,
+    OffsetResult,
+    PartitionLag,
+    ProduceResult,
+)
 from kafscale.cluster.placement import Placement
 from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
@@ -37,6 +44,8 @@ class Peer(Protocol):
     async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult: ...
 
     async def group_lag(self, group_id: str) -> list[PartitionLag]: ...
+
+    async def group_offsets(self, group_id: str, forwarded: bool = False) -> GroupOffsets: ...
 
 
 Peers = Callable[[int], Peer]  # shard id -> that shard

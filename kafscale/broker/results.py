@@ -3,7 +3,9 @@ forwarded to the owning shard. `error` is a Kafka error code (0: none)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from kafscale.groups.offsets import OffsetEntry
 
 
 @dataclass(slots=True)
@@ -48,3 +50,11 @@ class PartitionLag:
     committed: int
     high_watermark: int
     lag: int | None
+
+
+@dataclass(slots=True)
+class GroupOffsets:
+    """A group's committed offsets, of topics that exist now (OffsetFetch)."""
+
+    error: int
+    offsets: dict[tuple[str, int], OffsetEntry] = field(default_factory=dict)

@@ -23,10 +23,18 @@ from kafscale.broker.interface import FetchItem, Peer, Peers, ProduceItem
 from kafscale.broker.owners import OwnerTable
 from kafscale.broker.partition_owner import OwnerSettings, PartitionOwner
 from kafscale.broker.produce import ProducePath
-from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResult, PartitionLag, ProduceResult
+from kafscale.broker.results import (
+    DeleteRecordsResult,
+    FetchResult,
+    GroupOffsets,
+    OffsetResult,
+    PartitionLag,
+    ProduceResult,
+)
 from kafscale.broker.routing import Local, Refused, Remote, Route
 from kafscale.broker.stats import NO_METRICS, BrokerMetrics, PartitionStats, ShardStats
 from kafscale.cluster import keys
+from kafscale.cluster.lease_renewal import RenewalThread
 from kafscale.cluster.membership import BrokerRecord, Membership
 from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
@@ -47,7 +55,7 @@ FIRST_PRODUCER_ID = 1000
 class ShardCore:
     def __init__(self, shard_id: int, config: BrokerConfig, *, meta: MetadataStore, objects: ObjectStore,
                  shards: list[ShardAddress] | None = None, peers: Peers | None = None,
-                 metrics: BrokerMetrics = NO_METRICS) -> None:
+                 metrics: BrokerMetrics = NO_METRICS, renewals: RenewalThread | None = None) -> None:
         self.shard_id = shard_id
         self.config = config
         self.metrics = metrics
@@ -67,7 +75,7 @@ class ShardCore:
         # In a cluster: this shard's lease and its view of the others (None: a lone shard)
         self.membership = (None if peers is None else
                            Membership(self.meta, self.placement, on_change=self._placement_changed,
-                                      on_lost=self._lost_lease, resync=self._resync))
+                                      on_lost=self._lost_lease, resync=self._resync, renewals=renewals))
         self.handoffs = HandOffs()  # partitions released in planned moves, and lately moved away
         self.topics = TopicRegistry(self.meta)
         settings = OwnerSettings(
@@ -368,6 +376,22 @@ class ShardCore:
                                          [Put(keys.PRODUCER_ID_NEXT, current + 1)])
             if result.succeeded:
                 return current
+
+    async def group_offsets(self, group_id: str, forwarded: bool = False) -> GroupOffsets:
+        """The group's committed offsets (OffsetFetch). A shard asked for a group it does not coordinate (the
+        client's coordinator has just moved) asks the one that does, once: librdkafka's admin client crashes
+        on a NOT_COORDINATOR answer to OffsetFetch (librdkafka#5040), and a read loses nothing by one hop."""
+        error, coordinator = await self.groups.lookup(group_id)
+        if error == ErrorCode.not_coordinator and not forwarded and self.peers is not None:
+            shard = self.placement.coordinator_of(group_id)
+            if shard != self.shard_id and self.placement.live(shard):
+                try:
+                    return await self.peers(shard).group_offsets(group_id, forwarded=True)
+                except Exception as e:  # the coordinator is going away: the client asks again
+                    log.warning("offsets of group %s not fetched from shard %d: %s", group_id, shard, e)
+        if error != ErrorCode.none:
+            return GroupOffsets(error)
+        return GroupOffsets(ErrorCode.none, await self.groups.live_offsets(coordinator))
 
     async def group_lag(self, group_id: str) -> list[PartitionLag]:
         """Per partition the group committed to: committed offset, high watermark, lag (metrics and the CLI).

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from kafscale.cluster import keys
+from kafscale.cluster.lease_renewal import RenewalThread
 from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.storage.metadata_store import MetadataStore
 
@@ -68,8 +69,11 @@ def apply_view(placement: Placement, brokers: dict[int, BrokerRecord], slots: li
 
 class Membership:
     def __init__(self, meta: MetadataStore, placement: Placement, *, on_change: Callable[[], None],
-                 on_lost: Callable[[], Awaitable[None]], resync: Callable[[], Awaitable[object]]) -> None:
+                 on_lost: Callable[[], Awaitable[None]], resync: Callable[[], Awaitable[object]],
+                 renewals: RenewalThread | None = None) -> None:
         self.meta = meta
+        # Renewals on a thread of their own (a shard's: its loop may be busy with its data path), or on this loop.
+        self.renewals = renewals
         self.placement = placement
         self.on_change = on_change
         self.on_lost = on_lost
@@ -79,9 +83,17 @@ class Membership:
         self.draining: set[int] = set()
         self.record: BrokerRecord | None = None
         self.lease = 0
-        self.serving = False
+        self._registered = False  # under a lease this shard holds, until it lapses or is revoked
+        self._serve_until = 0.0  # time.monotonic() after which serving is no longer safe (renewals move it)
+        self._renewed_at = 0.0  # when the last successful renewal was sent
+        self._asked_at: float | None = None  # when the renewal now out was sent (renewals on this loop)
         self._tasks: list[asyncio.Task[None]] = []
-        self._deadline: asyncio.TimerHandle | None = None
+
+    @property
+    def serving(self) -> bool:
+        """Registered, and within SERVE_FRACTION of the TTL since the last renewal that succeeded: read from the
+        clock, so a late timer or a busy loop never stretches it."""
+        return self._registered and time.monotonic() < self._serve_until
 
     async def load(self) -> int:
         """The view as the store holds it now; returns the revision to watch from."""
@@ -108,6 +120,9 @@ class Membership:
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._follow(revision)), loop.create_task(self._keep_alive())]
+        if self.renewals is not None:
+            self.renewals.start(lambda: self.lease if self._registered else 0, self._answered, KEEPALIVE_S,
+                                LEASE_TTL_S)
 
     async def stop(self) -> None:
         """Leave: the key goes at once, so the controller moves this shard's work without waiting for a TTL."""
@@ -115,13 +130,11 @@ class Membership:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self._deadline is not None:
-            self._deadline.cancel()
+        self._registered = False
         if self.lease:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.meta.lease_revoke(self.lease), 2)
             self.lease = 0
-        self.serving = False
 
     async def _register(self) -> None:
         assert self.record is not None
@@ -130,39 +143,56 @@ class Membership:
         await self.meta.put(keys.broker(self.record.id), asdict(self.record), lease=lease)
         self.lease = lease
         self._renewed(started)
-        self.serving = True
+        self._registered = True
         self.brokers[self.record.id] = self.record
         apply_view(self.placement, self.brokers, self.slots, self.draining)
         log.info("shard %d registered at %s:%d (lease %x)", self.record.id, self.record.host, self.record.port, lease)
 
     def _renewed(self, started: float) -> None:
-        """A renewal sent at `started` succeeded: serving is safe until SERVE_FRACTION of the TTL after it."""
-        if self._deadline is not None:
-            self._deadline.cancel()
-        loop = asyncio.get_running_loop()
-        delay = started + LEASE_TTL_S * SERVE_FRACTION - time.monotonic()
-        self._deadline = loop.call_later(max(delay, 0), self._expired)
+        """A renewal sent at `started` succeeded: serving is safe until SERVE_FRACTION of the TTL after it (the
+        store counts the TTL from when the renewal arrived, which is later)."""
+        self._renewed_at = started
+        self._serve_until = max(self._serve_until, started + LEASE_TTL_S * SERVE_FRACTION)
+
+    def _answered(self, lease: int, sent: float, alive: bool) -> None:
+        """A renewal's answer, on the renewal thread: only floats are written (atomic), the loop reads them."""
+        if lease != self.lease:
+            return  # for a lease given up since
+        if alive:
+            self._renewed(sent)
+        else:
+            self._serve_until = 0.0  # the store has let it go
 
     def _expired(self) -> None:
-        if not self.serving:
+        """Serving has stopped (the clock passed the deadline): the shard is told, and registers again."""
+        if not self._registered:
             return
-        self.serving = False
-        log.warning("shard %s: lease not renewed in time; no longer serving until registered again",
-                    self.record.id if self.record else "?")
+        self._registered = False
+        now = time.monotonic()
+        # Which stalled: the renewal (its call still out), or the renewals' loop itself.
+        pending = f"{now - self._asked_at:.2f} s" if self._asked_at is not None else "none"
+        log.warning("shard %s: lease not renewed in time (last renewal sent %.2f s ago, one out for %s); no longer "
+                    "serving until registered again", self.record.id if self.record else "?",
+                    now - self._renewed_at, pending)
         task = asyncio.get_running_loop().create_task(self.on_lost())
         self._tasks.append(task)
 
     async def _keep_alive(self) -> None:
+        """Renews on this loop when there is no renewal thread; either way, tells the shard of a lapse and
+        registers again after one."""
         while True:
             await asyncio.sleep(KEEPALIVE_S)
-            started = time.monotonic()
             try:
+                if self._registered and self.renewals is None:
+                    started = self._asked_at = time.monotonic()
+                    try:
+                        alive = await asyncio.wait_for(self.meta.lease_keepalive(self.lease), LEASE_TTL_S)
+                    finally:
+                        self._asked_at = None
+                    self._answered(self.lease, started, alive)
                 if self.serving:
-                    alive = await asyncio.wait_for(self.meta.lease_keepalive(self.lease), LEASE_TTL_S)
-                    if alive:
-                        self._renewed(started)
-                        continue
-                    self._expired()
+                    continue
+                self._expired()
                 # Back after a lapse: while cut off, work may have moved away, and the watches that say so may
                 # still be catching up. Serving on the old view would fence the successors for nothing.
                 await self.resync()

@@ -11,7 +11,14 @@ from typing import Any
 import ray
 
 from kafscale.broker.interface import FetchItem, Peer
-from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResult, PartitionLag, ProduceResult
+from kafscale.broker.results import (
+    DeleteRecordsResult,
+    FetchResult,
+    GroupOffsets,
+    OffsetResult,
+    PartitionLag,
+    ProduceResult,
+)
 from kafscale.cluster.load import ShardLoad
 from kafscale.cluster.placement import ShardAddress
 from kafscale.config import BrokerConfig
@@ -75,6 +82,9 @@ class RayPeer:
     async def group_lag(self, group_id: str) -> list[PartitionLag]:
         return await self.handle.group_lag.remote(group_id)
 
+    async def group_offsets(self, group_id: str, forwarded: bool = False) -> GroupOffsets:
+        return await self.handle.group_offsets.remote(group_id, forwarded)
+
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
 class ShardActor:
@@ -112,7 +122,9 @@ class ShardActor:
         meta = open_metadata_store(self.config, self.metadata_actor, self.ray_namespace)
         host = ShardHost(self.shard_id, self.config, meta=meta, objects=open_object_store(self.config),
                          peers=self._peer, port=self.port, advertised_host=self.advertised_host,
-                         bind_host=self.config.bind_host(self.node_ip))
+                         bind_host=self.config.bind_host(self.node_ip),
+                         open_renewal_store=lambda: open_metadata_store(self.config, self.metadata_actor,
+                                                                        self.ray_namespace))
         address = await host.start(node_id=ray.get_runtime_context().get_node_id(), node_ip=self.node_ip)
         self.host = host
         # The Ray dashboard's copy of the shard's metrics, tagged with the shard and its node.
@@ -149,6 +161,9 @@ class ShardActor:
 
     async def group_lag(self, group_id: str) -> list[PartitionLag]:
         return await (await self._host()).core.group_lag(group_id)
+
+    async def group_offsets(self, group_id: str, forwarded: bool = False) -> GroupOffsets:
+        return await (await self._host()).core.group_offsets(group_id, forwarded)
 
     async def release(self, topic: str, partition: int) -> int:
         """A planned move's first half (kafscale.broker.shard.ShardCore.release)."""

@@ -11,9 +11,11 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from kafscale.broker.interface import Peers
 from kafscale.broker.shard import ShardCore
+from kafscale.cluster.lease_renewal import RenewalThread
 from kafscale.cluster.membership import BrokerRecord
 from kafscale.cluster.placement import ShardAddress
 from kafscale.config import BrokerConfig
@@ -32,14 +34,18 @@ log = logging.getLogger(__name__)
 class ShardHost:
     def __init__(self, shard_id: int, config: BrokerConfig, *, meta: MetadataStore, objects: ObjectStore,
                  shards: list[ShardAddress] | None = None, peers: Peers | None = None,
-                 port: int | None = None, advertised_host: str | None = None, bind_host: str | None = None) -> None:
+                 port: int | None = None, advertised_host: str | None = None, bind_host: str | None = None,
+                 open_renewal_store: Callable[[], MetadataStore] | None = None) -> None:
+        """open_renewal_store: a second connection to the metadata store, for lease renewals on a thread of
+        their own (kafscale.cluster.lease_renewal); None renews on the shard's loop."""
         self.shard_id = shard_id
         self.config = config
         self._advertised_host = advertised_host or config.advertised_host or None
         self.metrics = ShardMetrics()
         self.meta = TimedMetadataStore(meta, self.metrics)
+        self.renewals = RenewalThread(open_renewal_store) if open_renewal_store and peers is not None else None
         self.core = ShardCore(shard_id, config, meta=self.meta, objects=objects, shards=shards, peers=peers,
-                              metrics=self.metrics)
+                              metrics=self.metrics, renewals=self.renewals)
         self.router = build_router(self.core)
         self.router.observe = self.metrics.observe_request
         host, config_port = config.listen_host_port()
@@ -96,3 +102,5 @@ class ShardHost:
         await self.core.quiesce()
         await self.listener.stop()
         await self.core.stop()
+        if self.renewals is not None:
+            await asyncio.to_thread(self.renewals.close)

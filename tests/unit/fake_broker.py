@@ -17,7 +17,14 @@ from typing import Any, TypeVar
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafscale.broker.interface import FetchItem, ProduceItem
-from kafscale.broker.results import DeleteRecordsResult, FetchResult, OffsetResult, PartitionLag, ProduceResult
+from kafscale.broker.results import (
+    DeleteRecordsResult,
+    FetchResult,
+    GroupOffsets,
+    OffsetResult,
+    PartitionLag,
+    ProduceResult,
+)
 from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
@@ -131,6 +138,12 @@ class FakeBroker:
 
     async def group_lag(self, group_id: str) -> list[PartitionLag]:
         return []
+
+    async def group_offsets(self, group_id: str, forwarded: bool = False) -> GroupOffsets:
+        error, coordinator = await self.groups.lookup(group_id)
+        if error != ErrorCode.none:
+            return GroupOffsets(error)
+        return GroupOffsets(ErrorCode.none, await self.groups.live_offsets(coordinator))
 
 
 @contextlib.asynccontextmanager

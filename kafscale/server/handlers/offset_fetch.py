@@ -37,10 +37,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 
 
 async def _fetch(broker: Broker, group_id: str, requested: Any) -> tuple[ErrorCode, Topics]:
-    error, coordinator = await broker.groups.lookup(group_id)
-    if error != ErrorCode.none:
-        return error, []
-    offsets = await broker.groups.live_offsets(coordinator)
+    answer = await broker.group_offsets(group_id)  # from the coordinator, wherever it moved
+    if answer.error != ErrorCode.none:
+        return ErrorCode(answer.error), []
+    offsets = answer.offsets
     if requested is None:  # every partition the group has committed
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(offsets):

@@ -1,0 +1,62 @@
+"""A shard's lease against a real etcd while its event loop is congested, as a saturated data path makes it:
+renewed from a thread of its own (kafscale.cluster.lease_renewal) the lease holds; renewed on the loop, the
+same congestion lets it lapse, and the shard would stop serving as if it had died."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from kafscale.cluster.lease_renewal import RenewalThread
+from kafscale.cluster.membership import BrokerRecord, Membership
+from kafscale.cluster.placement import Placement
+from kafscale.storage.etcd_store import EtcdStore
+from kafscale.testing.etcd_server import EtcdServer
+
+BLOCK_S = 0.4  # one long loop iteration (a saturated shard's were measured up to 0.6 s late)
+
+
+async def congested_for(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(BLOCK_S)
+        await asyncio.sleep(0)
+
+
+async def lost_during_congestion(etcd_server: EtcdServer, threaded: bool) -> int:
+    prefix = f"/lease-{uuid.uuid4().hex[:12]}/"
+    meta = EtcdStore(etcd_server.endpoint, prefix=prefix)
+    renewals = RenewalThread(lambda: EtcdStore(etcd_server.endpoint, prefix=prefix)) if threaded else None
+    lost: list[float] = []
+
+    async def on_lost() -> None:
+        lost.append(time.monotonic())
+
+    async def resync() -> None:
+        return None
+
+    membership = Membership(meta, Placement(0, [], lone=False), on_change=lambda: None, on_lost=on_lost,
+                            resync=resync, renewals=renewals)
+    try:
+        await membership.start(BrokerRecord(0, "127.0.0.1", 9092))
+        await congested_for(10)
+        return len(lost)
+    finally:
+        await membership.stop()
+        if renewals is not None:
+            await asyncio.to_thread(renewals.close)
+        await meta.delete("", prefix=True)
+        await meta.close()
+
+
+@pytest.mark.etcd
+async def test_a_congested_loop_keeps_its_lease_when_renewals_have_their_own_thread(etcd_server: EtcdServer) -> None:
+    assert await lost_during_congestion(etcd_server, threaded=True) == 0
+
+
+@pytest.mark.etcd
+async def test_the_same_congestion_loses_the_lease_when_renewals_run_on_the_loop(etcd_server: EtcdServer) -> None:
+    assert await lost_during_congestion(etcd_server, threaded=False) > 0

@@ -153,12 +153,23 @@ def balance_by_load(assignment: Mapping[Hashable, int], loads: Mapping[Hashable,
     return moves
 
 
-def pick_to_drain(loads_by_shard: Mapping[int, float], items_by_shard: Mapping[int, Collection[Hashable]]) -> int:
-    """The shard to drain on scale-down: the least loaded (its work disturbs the others least), then the one
-    with the fewest items (the fewest moves), then the highest id (the ids in use stay low)."""
+def pick_to_drain(loads_by_shard: Mapping[int, float], items_by_shard: Mapping[int, Collection[Hashable]],
+                  node_of: Mapping[int, str] | None = None, home_node: str = "") -> int:
+    """The shard to drain on scale-down. First one on the node running the fewest shards, never on `home_node`
+    (the controller's) while another will do: a node left without shards is one Ray's autoscaler can release.
+    Then the least loaded (its work disturbs the others least), the one with the fewest items (the fewest
+    moves), the highest id (the ids in use stay low)."""
     if not loads_by_shard:
         raise ValueError("no shard to drain")
-    return min(loads_by_shard, key=lambda s: (loads_by_shard[s], len(items_by_shard.get(s, ())), -s))
+    node_of = node_of or {}
+    per_node = Counter(node_of.get(s, "") for s in loads_by_shard)
+
+    def cost(s: int) -> tuple[bool, int, float, int, int]:
+        node = node_of.get(s, "")
+        return (bool(home_node) and node == home_node, per_node[node], loads_by_shard[s],
+                len(items_by_shard.get(s, ())), -s)
+
+    return min(loads_by_shard, key=cost)
 
 
 @dataclass(frozen=True, slots=True)

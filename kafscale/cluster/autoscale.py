@@ -92,7 +92,9 @@ class Autoscaler:
         self._up = _Wanted(min)  # scaling up goes to the fewest shards wanted throughout its delay
         self._down = _Wanted(max)  # scaling down to the most
 
-    def decide(self, now: float, current: int, loads: Sequence[ShardLoad]) -> Decision:
+    def decide(self, now: float, current: int, loads: Sequence[ShardLoad], running: int | None = None) -> Decision:
+        """`running`: how many of the `current` shards serve and so must report (default all of them). A shard
+        wanted but not started yet, waiting for a node, carries no load and cannot forbid a scale-down."""
         s = self.settings
         if not s.min_shards <= current <= s.max_shards:  # settings, not load: no delay
             self._up.reset()
@@ -124,7 +126,9 @@ class Autoscaler:
             return Decision(desired, current, f"scale up to {desired}: {figures}; wanted for {waited:.0f} s")
         self._up.reset()
 
-        missing = current - len(reports)
+        # A shard that serves and did not report may carry the load that forbids a scale-down; so may the
+        # whole cluster when nothing reports at all.
+        missing = max((current if running is None else running) - len(reports), 0 if reports else 1)
         if down < current and missing <= 0:
             waited = self._down.want(now, down)
             if waited < s.scale_down_delay_s:
@@ -135,7 +139,7 @@ class Autoscaler:
                                               f"{s.downscale_utilization:.2f} each after, wanted for {waited:.0f} s")
         self._down.reset()
 
-        if down < current:  # missing > 0: an unreported shard may carry the load that forbids it
+        if down < current:
             return Decision(current, current, f"{figures}: {missing} not reported, no scale-down on missing data")
         if needed > current:  # current == max_shards
             return Decision(current, current, f"{figures}: needs {needed}, held at max_shards {s.max_shards}")

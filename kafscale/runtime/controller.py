@@ -73,13 +73,14 @@ class Controller:
         self.missing_since: dict[int, float] = {}
         self.live: set[int] = set()
         self.known_nodes: set[str] = set()
+        self.retired: set[int] = set()  # shards this controller ended for good (ids are never reused)
         self.rounds = 0
         self._check_placement = True  # placement may name shards that are gone (at start, after a forget)
         self.stopping = False
         self.warned: set[str] = set()
         self._wake = asyncio.Event()
         self._moves = asyncio.Semaphore(self.config.moves_in_flight)
-        self.scaler = Scaler(self.config) if self.config.autoscale else None
+        self.scaler = Scaler(self.config, self.node_id) if self.config.autoscale else None
         self.capacity = 0  # shards the alive nodes fit, under --autoscale
         # Started here, not by a call: after Ray restarts this actor, nobody would call start() again.
         self._loop = asyncio.get_event_loop().create_task(self._run())
@@ -141,6 +142,13 @@ class Controller:
         # A registration from a node this Ray cluster never had is an earlier run's, whose lease the store
         # renewed when it restarted (as etcd does): it holds its lease out, but it is not this cluster running.
         current = {s for s, r in live.items() if not r.node_id or r.node_id in self.known_nodes}
+        # A scale-down may have retired a shard while this round awaited the store: never start it again.
+        wanted = {s: shard for s, shard in wanted.items() if s not in self.retired}
+        for stray in sorted(s for s in current - self.retired if s not in wanted and live[s].node_id):
+            # Registered in this cluster but not wanted (retired by a controller that died before ending
+            # it): it would hold its lease, and show in Metadata, forever.
+            log.warning("controller: shard %d runs but is not wanted; ending it", stray)
+            self._retire(stray)
         now = time.monotonic()
         # This controller has just (re)started while the cluster runs: a shard missing now died meanwhile,
         # and gets only the time a restarting process needs, not the grace of a cluster starting up.
@@ -159,7 +167,8 @@ class Controller:
         await self._heal(meta, wanted)
         if self.scaler is not None:
             handles = {s: h for s, (_, h) in self.handles.items()}
-            await self.scaler.step(meta, handles, self.live, set(wanted), self.capacity, self._hand_off, self._forget)
+            placed = {s: shard.node_id for s, shard in wanted.items()}
+            await self.scaler.step(meta, handles, self.live, placed, self.capacity, self._hand_off, self._forget)
 
     def _nodes(self, wanted: dict[int, store.WantedShard]) -> tuple[list[Node], dict[str, dict[str, str]]]:
         """The alive nodes that should run shards, and every alive node's labels."""
@@ -227,7 +236,7 @@ class Controller:
             await store.forget(meta, shard_id)
             wanted.pop(shard_id, None)
             self.seen_live.discard(shard_id)
-            self._end_actor(shard_id)
+            self._retire(shard_id)
         return wanted
 
     def _actor(self, shard: store.WantedShard) -> Any:
@@ -270,6 +279,10 @@ class Controller:
         await store.forget(await self._store(), shard_id)
         self.seen_live.discard(shard_id)
         self.missing_since.pop(shard_id, None)
+        self._retire(shard_id)
+
+    def _retire(self, shard_id: int) -> None:
+        self.retired.add(shard_id)
         self._end_actor(shard_id)
 
     def _end_actor(self, shard_id: int) -> None:

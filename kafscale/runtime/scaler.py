@@ -37,8 +37,9 @@ SAY_EVERY_S = 30.0
 
 
 class Scaler:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, home_node: str = "") -> None:
         self.config = config
+        self.home_node = home_node  # the controller's node: its shards are drained last (it is never released)
         self.policy: Autoscaler | None = None  # made at the first step: max_shards may depend on the nodes
         self.state = store.ScaleState(config.min_shards)
         self.loaded = False
@@ -77,8 +78,9 @@ class Scaler:
 
     # ---------------------------------------------------------------- one step per round
 
-    async def step(self, meta: MetadataStore, handles: Mapping[int, Any], live: set[int], wanted: set[int],
+    async def step(self, meta: MetadataStore, handles: Mapping[int, Any], live: set[int], wanted: Mapping[int, str],
                    capacity: int, hand_off: HandOff, forget: Callable[[int], Awaitable[None]]) -> None:
+        """wanted: the shards placed on nodes (shard id -> node id)."""
         if not self.loaded:
             self.state = await store.scale_state(meta) or self.state
             self.loaded = True
@@ -96,7 +98,9 @@ class Scaler:
             return
         now = time.monotonic()
         reporting = [self.loads[s] for s in active if s in self.loads]
-        decision = self.policy.decide(now, max(self.state.desired, len(active)), reporting)
+        # Shards placed on a node report once started (a starting one may soon carry load: it holds a
+        # scale-down back); those wanted beyond them wait for a node and carry nothing.
+        decision = self.policy.decide(now, max(self.state.desired, len(active)), reporting, running=len(active))
         self.metrics.set(decision, len(active))
         if not decision.change and now - self.said_at >= SAY_EVERY_S:  # why nothing changes, now and then
             log.info("autoscale: %d shards: %s", len(active), decision.reason)
@@ -111,7 +115,7 @@ class Scaler:
             leaving: list[int] = []
             while len(active) - len(leaving) > decision.desired:
                 victim = pick_to_drain({s: b for s, b in loads.items() if s not in leaving},
-                                       {s: n for s, n in items.items() if s not in leaving})
+                                       {s: n for s, n in items.items() if s not in leaving}, wanted, self.home_node)
                 leaving.append(victim)
             await self._save(meta, store.ScaleState(decision.desired, tuple(leaving), decision.reason))
             self._run(self._remove(meta, leaving, [s for s in active if s not in leaving], hand_off, forget))

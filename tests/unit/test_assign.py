@@ -166,6 +166,16 @@ def test_pick_to_drain_takes_the_least_loaded_then_the_fewest_items_then_the_hig
         pick_to_drain({}, {})
 
 
+def test_pick_to_drain_empties_a_node_first_and_the_controllers_node_last() -> None:
+    loads = {0: 0.0, 1: 0.3, 2: 0.1, 3: 0.2}
+    nodes = {0: "head", 1: "w1", 2: "w2", 3: "w2"}
+    # Shard 1 is alone on w1: draining it lets Ray's autoscaler release w1, though shard 0 is idler.
+    assert pick_to_drain(loads, {}, nodes, home_node="head") == 1
+    # Only the head's shard is alone: the least loaded of w2's two goes; the head's shard only when it is the last.
+    assert pick_to_drain({s: b for s, b in loads.items() if s != 1}, {}, nodes, home_node="head") == 2
+    assert pick_to_drain({0: 0.0}, {}, nodes, home_node="head") == 0
+
+
 def test_every_node_gets_its_shards_at_distinct_port_slots_of_a_shared_address() -> None:
     plan = plan_shards([Node("a", "127.0.0.1", 2), Node("b", "127.0.0.1", 1)], {})
     assert plan.keep == {} and plan.forget == []

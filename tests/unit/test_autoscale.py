@@ -133,6 +133,22 @@ def test_missing_reports_never_scale_down() -> None:
     assert decisions[620].desired == 1  # 120 s after all three report
 
 
+def test_shards_wanted_but_not_running_do_not_hold_a_scale_down() -> None:
+    # 3 wanted, one fits on no node and never starts: the 2 running report idle, and the count still falls.
+    scaler, current = Autoscaler(SETTINGS), 3
+    decisions = []
+    for t in range(200):
+        decisions.append(scaler.decide(float(t), current, even(0.0, 2), running=min(current, 2)))
+        current = decisions[-1].desired
+    assert decisions[119].desired == 3 and decisions[120].desired == 1, decisions[120].reason
+    # The same reports with the third shard running (and silent) hold it: it may carry the load.
+    scaler = Autoscaler(SETTINGS)
+    assert all(scaler.decide(float(t), 3, even(0.0, 2), running=3).desired == 3 for t in range(200))
+    # So does no report at all, even with no shard counted as running.
+    scaler = Autoscaler(SETTINGS)
+    assert all(scaler.decide(float(t), 3, [], running=0).desired == 3 for t in range(200))
+
+
 def test_missing_reports_still_allow_a_scale_up_on_what_is_reported() -> None:
     scaler = Autoscaler(SETTINGS)
     # Shard 2 just started and has not reported: 2.0 busy on the other two needs 4 shards.

@@ -111,8 +111,23 @@ def test_head_starts_ray_then_serves_detached(path: Path) -> None:
     assert served.s3_bucket, "multi-node needs S3"
     assert served.etcd_endpoint_list(), "multi-node needs etcd"
     assert all(e.startswith("http") for e in served.etcd_endpoint_list())
-    assert served.shards_per_node >= 1
+    assert served.shards_per_node >= 1 or served.autoscale
     assert served.listen_host_port()[1] == 9092
+
+
+# vCPUs of the instance types the AWS example names (add a row when it names another).
+_VCPUS = {"m6i.large": 2, "m6i.xlarge": 4, "m6i.2xlarge": 8, "m6i.4xlarge": 16}
+
+
+def _shards_per_node(cfg: dict[str, Any], served: kafscale_config.BrokerConfig) -> int:
+    """How many shard port slots a node of the AWS example uses."""
+    if not served.autoscale:
+        return served.shards_per_node
+    types = {t["node_config"]["InstanceType"] for t in cfg["available_node_types"].values()}
+    assert len(types) == 1, f"one instance type, so every node has the same port range: {types}"
+    (kind,) = types
+    assert kind in _VCPUS, f"add {kind}'s vCPUs to _VCPUS"
+    return int(_VCPUS[kind] // served.shard_cpus)
 
 
 def test_aws_cluster_serves_every_node_on_the_kafka_port_range() -> None:
@@ -125,21 +140,34 @@ def test_aws_cluster_serves_every_node_on_the_kafka_port_range() -> None:
     kafka = [r for r in rules if r.get("FromPort") == 9092]
     assert len(kafka) == 1, rules
     assert kafka[0]["IpProtocol"] == "tcp"
-    assert kafka[0]["ToPort"] == 9092 + served.shards_per_node - 1, "one port per shard slot on every node"
+    assert kafka[0]["ToPort"] == 9092 + _shards_per_node(cfg, served) - 1, "one port per shard slot on every node"
     assert kafka[0]["IpRanges"], "the Kafka ports must be opened to somewhere"
 
 
-def test_aws_workers_join_the_head_and_keep_a_fixed_count() -> None:
+def test_aws_workers_join_the_head_and_their_count_matches_the_shards() -> None:
     cfg = _load(AWS)
+    served = _serve_config(_serve_line(cfg["head_start_ray_commands"])[1])
     head_port = re.search(r"ray start --head.*--port=(\d+)", " ".join(cfg["head_start_ray_commands"]))
     assert head_port is not None
     assert any(f"--address=$RAY_HEAD_IP:{head_port.group(1)}" in c for c in cfg["worker_start_ray_commands"])
+    workers = 0
     for name, node_type in cfg["available_node_types"].items():
         if name == cfg["head_node_type"]:
             continue
-        # Shards reserve no CPU, so Ray sees a broker node as idle and would remove workers above min_workers.
-        assert node_type["min_workers"] == node_type["max_workers"], name
+        workers += node_type["max_workers"]
         assert "IamInstanceProfile" in node_type["node_config"], f"{name}: its shards need S3 credentials"
+        if not served.autoscale:
+            # Shards reserve no CPU, so Ray sees a broker node as idle and would remove workers above min_workers.
+            assert node_type["min_workers"] == node_type["max_workers"], name
+        else:
+            assert node_type["min_workers"] <= node_type["max_workers"], name
+    assert workers <= cfg["max_workers"]
+    if served.autoscale:
+        # Shards reserve CPUs (else Ray would see busy nodes as idle), and --max-shards is what the head and every
+        # worker fit: 0 (the alive nodes' room) would never want a node that is not there yet, more could never run.
+        assert served.shard_cpus > 0
+        assert served.max_shards == (1 + workers) * _shards_per_node(cfg, served), served.max_shards
+        assert served.min_shards <= _shards_per_node(cfg, served), "the idle minimum fits on the head alone"
 
 
 def test_aws_nodes_install_the_package() -> None:

@@ -11,6 +11,8 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # outside a container, installing it also starts and enables the ssh service)
 test -x /usr/sbin/sshd || need+=(openssh-server)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
+# gdb prints the native backtrace if the test process itself crashes (scripts/pytest-with-backtrace.sh)
+command -v gdb >/dev/null 2>&1 || need+=(gdb)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

@@ -35,6 +35,7 @@ class RayTestCluster:
         self.cpus = cpus_per_node
         self.ip = ip  # loopback, or the root side of a test network (kafscale.testing.netns)
         self.cluster: Any = None
+        self._state: Any = None  # one GCS client for alive_nodes(), closed by stop()
         self._outside: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -83,13 +84,14 @@ class RayTestCluster:
 
     def alive_nodes(self) -> list[dict[str, Any]]:
         """Ray's node table, read from the GCS without becoming a driver."""
-        from ray._private.state import GlobalState
-        from ray._raylet import GcsClientOptions
+        if self._state is None:
+            from ray._private.state import GlobalState
+            from ray._raylet import GcsClientOptions
 
-        state = GlobalState()
-        state._initialize_global_state(GcsClientOptions.create(self.address, None, allow_cluster_id_nil=True,
-                                                              fetch_cluster_id_if_nil=False))
-        return [n for n in state.node_table() if n["Alive"]]
+            self._state = GlobalState()
+            self._state._initialize_global_state(GcsClientOptions.create(
+                self.address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
+        return [n for n in self._state.node_table() if n["Alive"]]
 
     def node_ids(self) -> list[str]:
         return [str(n.node_id) for n in self.cluster.list_all_nodes()]
@@ -115,6 +117,13 @@ class RayTestCluster:
                 os.killpg(proc.pid, signal.SIGKILL)
         self._outside.clear()
         if self.cluster is not None:
+            # GCS clients are closed while their GCS still runs: one left to a later garbage collection
+            # tears down its C++ threads at a random point of a later test.
+            for state in (self._state, self.cluster.global_state):
+                if state is not None:
+                    with contextlib.suppress(Exception):
+                        state.disconnect()
+            self._state = None
             with contextlib.suppress(Exception):
                 self.cluster.shutdown()
             self.cluster = None

@@ -9,8 +9,6 @@ busy fraction of 0.12 (a producer of 10 KB records at 5 MB/s, in its own process
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,8 +22,8 @@ from kafscale.testing.ports import free_port
 from kafscale.testing.ray_cluster import RayTestCluster, wait_until
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess
+from tests.cluster.clients import GroupMember, Traffic, assert_exactly_once, create_topic, layout, read_all, start_load
 from tests.cluster.conftest import NODES
-from tests.cluster.test_multinode import GroupMember, Traffic, assert_exactly_once, create_topic, layout, read_all
 
 PARTITIONS = 12
 # Enough to keep one shard above the target here, not so much that this machine starves the shards' lease
@@ -64,9 +62,7 @@ def test_load_raises_the_shard_count_and_its_end_brings_it_back_losing_nothing(
     member = GroupMember(autoscaled.bootstrap_all, "scaling", "scaling-group")
     member.start()
     # The load: 10 KB records at LOAD_MB_S from another process (the checked producer above sends small ones).
-    load = subprocess.Popen([sys.executable, "-m", "kafscale.testing.load_producer", autoscaled.bootstrap_all,
-                             "scaling", str(PARTITIONS), "300", str(LOAD_MB_S)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE)
+    load = start_load(autoscaled.bootstrap_all, "scaling", PARTITIONS, 300, LOAD_MB_S)
     loaded = time.monotonic()
 
     # Up: more shards, partitions spread onto them, and Metadata names them.

@@ -93,7 +93,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 def test_the_embedded_metadata_actor_killed_is_restarted_and_nothing_acknowledged_is_lost(tmp_path: Path) -> None:
-    from tests.cluster.test_multinode import Traffic, assert_exactly_once, create_topic, read_all
+    from tests.cluster.clients import Traffic, assert_exactly_once, create_topic, read_all
 
     with ServeProcess(tmp_path / "data", shards=2, extra_args=["--flush-interval-ms", "20"]) as serve:
         create_topic(serve.bootstrap, "meta-kill", 2)

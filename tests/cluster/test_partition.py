@@ -21,7 +21,7 @@ from kafscale.testing.ports import free_port
 from kafscale.testing.ray_cluster import RayTestCluster, wait_until
 from kafscale.testing.s3_servers import MotoS3Server
 from kafscale.testing.serve_process import ServeProcess
-from tests.cluster.test_multinode import Traffic, assert_exactly_once, create_topic, kafscale, read_all
+from tests.cluster.clients import Traffic, assert_exactly_once, create_topic, kafscale, read_all
 from tests.integration.conftest import KafkaWire
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"no test hosts here: {available()}")

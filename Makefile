@@ -27,7 +27,7 @@ run: $(STAMP)
 
 test: $(STAMP) $(SYSSTAMP)
 	$(BIN)/ruff check kafscale tests benchmarks
-	scripts/pytest-with-backtrace.sh $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	scripts/pytest-with-backtrace.sh $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 # The unit tests alone (tests/unit: no servers, Ray, Spark or sockets), in well under a minute.
 test-unit: $(STAMP)

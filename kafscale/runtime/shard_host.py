@@ -61,7 +61,9 @@ class ShardHost:
                                  idle_timeout_s=config.connections_max_idle_ms / 1000)
         self.lag_sampler = LagSampler(self.meta, self.core.stats)
         self.metrics.watch(self.core.stats, lambda: self.listener.connections, self.lag_sampler.lags)
-        self.load_meter = LoadMeter(shard_id, self.core.stats, lambda: self.metrics.requests)
+        # Busy is measured against the CPUs the shard asked Ray for (--shard-cpus, under --autoscale).
+        self.load_meter = LoadMeter(shard_id, self.core.stats, lambda: self.metrics.requests,
+                                    cpus=config.shard_cpus if config.autoscale else 1.0)
         self.metrics.registry.register(LoadCollector(self.load_meter))
         self.metrics_server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -8,6 +8,7 @@ a node SIGKILLs its daemons and the worker processes it started, as a machine's 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -92,6 +93,14 @@ class RayTestCluster:
             self._state._initialize_global_state(GcsClientOptions.create(
                 self.address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
         return [n for n in self._state.node_table() if n["Alive"]]
+
+    def resource_request(self) -> list[dict[str, float]]:
+        """What was last asked of Ray's autoscaler (`ray.autoscaler.sdk.request_resources`): the bundles the
+        autoscaler (v1, Ray's default) reads from the GCS key-value store, where the request is kept."""
+        from ray._raylet import GcsClient
+
+        raw = GcsClient(address=self.address).internal_kv_get(b"autoscaler_resource_request", None)
+        return list(json.loads(raw)) if raw else []
 
     def node_ids(self) -> list[str]:
         return [str(n.node_id) for n in self.cluster.list_all_nodes()]

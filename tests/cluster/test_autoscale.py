@@ -70,6 +70,9 @@ def test_load_raises_the_shard_count_and_its_end_brings_it_back_losing_nothing(
         f"no second shard took partitions under load: {serving(ray_cluster)}"
     scaled_up = time.monotonic() - loaded
     shards = serving(ray_cluster)
+    # Ray's autoscaler is asked for a CPU per wanted shard (a `ray up` cluster adds nodes for what does not fit).
+    assert wait_until(lambda: len(ray_cluster.resource_request()) >= 2, 30), ray_cluster.resource_request()
+    assert all(bundle == {"CPU": 1.0} for bundle in ray_cluster.resource_request())
     admin = AdminClient({"bootstrap.servers": autoscaled.bootstrap_all})
     assert {b.id for b in admin.list_topics("scaling", timeout=30).brokers.values()} >= set(shards)
     time.sleep(3)
@@ -84,6 +87,8 @@ def test_load_raises_the_shard_count_and_its_end_brings_it_back_losing_nothing(
     back = time.monotonic() - stopped
     (only,) = serving(ray_cluster).values()
     assert len(only) == PARTITIONS
+    assert wait_until(lambda: ray_cluster.resource_request() == [{"CPU": 1.0}], 10), \
+        f"the request to Ray's autoscaler did not shrink: {ray_cluster.resource_request()}"
     print(f"autoscale: {len(shards)} shards {scaled_up:.1f} s after the load started; back to 1 shard "
           f"{back:.1f} s after it stopped")
 

@@ -42,7 +42,7 @@ async def lost_during_congestion(etcd_server: EtcdServer, threaded: bool) -> int
                             resync=resync, renewals=renewals)
     try:
         await membership.start(BrokerRecord(0, "127.0.0.1", 9092))
-        await congested_for(10)
+        await congested_for(8)
         return len(lost)
     finally:
         await membership.stop()

@@ -88,7 +88,7 @@ def traffic_worker(p: dict[str, Any]) -> None:
         producer.poll(0)
         if time.monotonic() >= report:
             report = time.monotonic() + 0.2
-            print(json.dumps({"last": last}), flush=True)
+            print(json.dumps({"last": last, "acked": sum(acked), "at": time.monotonic()}), flush=True)
     elapsed = time.monotonic() - t0
     unacked = producer.flush(120)
     consumer = Consumer({"bootstrap.servers": p["bootstrap"], "group.id": f"check-{os.getpid()}"})
@@ -110,6 +110,7 @@ class Traffic:
                                      cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
                                      text=True)
         self.last: list[float] = []
+        self.acked: list[tuple[float, int]] = []  # (monotonic time, records acknowledged so far), every 0.2 s
         self.final: dict[str, Any] = {}
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -125,6 +126,7 @@ class Traffic:
                 self.final = d
             elif "last" in d:
                 self.last = d["last"]
+                self.acked.append((d["at"], d["acked"]))
 
     def wait_served(self, since: float, timeout: float) -> bool:
         """Until every partition has an acknowledgement after `since` (monotonic)."""

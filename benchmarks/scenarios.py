@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.autoscale import autoscale
 from benchmarks.cluster import cluster
 from benchmarks.common import (
     REPO,
@@ -537,6 +538,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "pipeline_read": pipeline_read,
     "metadata_scale": metadata_scale,
     "cluster": cluster,
+    "autoscale": autoscale,
 }
 
 ALIASES = {"e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup", "catch_up": "catchup"}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -33,7 +32,7 @@ from kafscale.broker.results import (
 )
 from kafscale.broker.routing import Local, Refused, Remote, Route
 from kafscale.broker.stats import NO_METRICS, BrokerMetrics, PartitionStats, ShardStats
-from kafscale.cluster import keys
+from kafscale.cluster import ids
 from kafscale.cluster.lease_renewal import RenewalThread
 from kafscale.cluster.membership import BrokerRecord, Membership
 from kafscale.cluster.placement import Placement, ShardAddress
@@ -43,13 +42,12 @@ from kafscale.groups.registry import GroupRegistry, group_settings
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState, HealthThresholds, HealthTracker
-from kafscale.storage.metadata_store import Compare, MetadataStore, Put
+from kafscale.storage.metadata_store import MetadataStore
 from kafscale.storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PROBE_INTERVAL_S = 0.5
-FIRST_PRODUCER_ID = 1000
 
 
 class ShardCore:
@@ -106,7 +104,7 @@ class ShardCore:
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        self.cluster_id = await self._cluster_id()
+        self.cluster_id = await ids.cluster_id(self.meta)
         if self.membership is not None:
             await self.membership.load()  # who is live, before anything is opened or answered
         await self.topics.start()
@@ -152,15 +150,6 @@ class ShardCore:
                     await self.probe_object_store()
                 except Exception as e:
                     log.debug("object store probe failed: %s", e)
-
-    async def _cluster_id(self) -> str:
-        kv = await self.meta.get(keys.CLUSTER)
-        if kv is None:
-            await self.meta.txn([Compare(keys.CLUSTER, "version", "==", 0)],
-                                [Put(keys.CLUSTER, {"cluster_id": uuid.uuid4().hex[:22]})])
-            kv = await self.meta.get(keys.CLUSTER)
-        assert kv is not None
-        return str(kv.value["cluster_id"])
 
     def stats(self) -> ShardStats:
         return ShardStats(
@@ -367,15 +356,7 @@ class ShardCore:
         return True
 
     async def allocate_producer_id(self) -> int:
-        """A new id from a counter in the metadata store (compare-and-swap, so ids are never reused)."""
-        while True:
-            kv = await self.meta.get(keys.PRODUCER_ID_NEXT)
-            current = int(kv.value) if kv else FIRST_PRODUCER_ID
-            seen = kv.mod_revision if kv else 0
-            result = await self.meta.txn([Compare(keys.PRODUCER_ID_NEXT, "mod_revision", "==", seen)],
-                                         [Put(keys.PRODUCER_ID_NEXT, current + 1)])
-            if result.succeeded:
-                return current
+        return await ids.allocate_producer_id(self.meta)
 
     async def group_offsets(self, group_id: str, forwarded: bool = False) -> GroupOffsets:
         """The group's committed offsets (OffsetFetch). A shard asked for a group it does not coordinate (the

@@ -22,6 +22,39 @@ from kafscale.storage.metadata_store import MetadataStore
 log = logging.getLogger(__name__)
 
 
+class Renewer:
+    """Renews the lease `lease()` names (0: none now) every `every_s`, then calls `answered(lease, sent, alive)`
+    (sent: time.monotonic() when the renewal was sent). Runs on whichever loop awaits run(): a RenewalThread's,
+    or the caller's own."""
+
+    def __init__(self, store: Callable[[], MetadataStore], lease: Callable[[], int],
+                 answered: Callable[[int, float, bool], None], every_s: float, timeout_s: float) -> None:
+        self._store = store
+        self._lease = lease
+        self._answered = answered
+        self._every_s = every_s
+        self._timeout_s = timeout_s
+        self.out_since: float | None = None  # when the renewal now out was sent (None: none is)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._every_s)
+            current = self._lease()
+            if not current:
+                continue
+            sent = self.out_since = time.monotonic()
+            try:
+                alive = await asyncio.wait_for(self._store().lease_keepalive(current), self._timeout_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the store is unreachable: the deadline runs out unless this passes
+                log.warning("lease %x: renewal failed: %s", current, e)
+                continue
+            finally:
+                self.out_since = None
+            self._answered(current, sent, alive)
+
+
 class RenewalThread:
     def __init__(self, open_store: Callable[[], MetadataStore], name: str = "lease-renewal") -> None:
         self._open = open_store
@@ -31,30 +64,17 @@ class RenewalThread:
         self._task: asyncio.Future[None] | None = None
 
     def start(self, lease: Callable[[], int], answered: Callable[[int, float, bool], None], every_s: float,
-              timeout_s: float) -> None:
-        """Every `every_s`: renew the lease `lease()` names (0: none now), then `answered(lease, sent, alive)`,
-        called on this thread (sent: time.monotonic() when the renewal was sent)."""
+              timeout_s: float) -> Renewer:
+        """Runs a Renewer on this thread, with a connection of its own (`answered` is called on this thread)."""
+        renewer = Renewer(self._connection, lease, answered, every_s, timeout_s)
         self._thread.start()
-        self._task = asyncio.run_coroutine_threadsafe(self._run(lease, answered, every_s, timeout_s), self._loop)
+        self._task = asyncio.run_coroutine_threadsafe(renewer.run(), self._loop)
+        return renewer
 
-    async def _run(self, lease: Callable[[], int], answered: Callable[[int, float, bool], None], every_s: float,
-                   timeout_s: float) -> None:
-        while True:
-            await asyncio.sleep(every_s)
-            current = lease()
-            if not current:
-                continue
-            sent = time.monotonic()
-            try:
-                if self._store is None:
-                    self._store = self._open()
-                alive = await asyncio.wait_for(self._store.lease_keepalive(current), timeout_s)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # the store is unreachable: the deadline runs out unless this passes
-                log.warning("lease %x: renewal failed: %s", current, e)
-                continue
-            answered(current, sent, alive)
+    def _connection(self) -> MetadataStore:
+        if self._store is None:  # opened on this thread's loop, where it is used
+            self._store = self._open()
+        return self._store
 
     def close(self) -> None:
         """Stop renewing and close the connection (blocks up to a few seconds: call it off the shard's loop)."""

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from kafscale.cluster import keys
-from kafscale.cluster.lease_renewal import RenewalThread
+from kafscale.cluster.lease_renewal import RenewalThread, Renewer
 from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.storage.metadata_store import MetadataStore
 
@@ -86,7 +86,7 @@ class Membership:
         self._registered = False  # under a lease this shard holds, until it lapses or is revoked
         self._serve_until = 0.0  # time.monotonic() after which serving is no longer safe (renewals move it)
         self._renewed_at = 0.0  # when the last successful renewal was sent
-        self._asked_at: float | None = None  # when the renewal now out was sent (renewals on this loop)
+        self._renewer: Renewer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -119,10 +119,12 @@ class Membership:
         revision = await self.load()
         await self._register()
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._follow(revision)), loop.create_task(self._keep_alive())]
+        self._tasks = [loop.create_task(self._follow(revision)), loop.create_task(self._keep_serving())]
         if self.renewals is not None:
-            self.renewals.start(lambda: self.lease if self._registered else 0, self._answered, KEEPALIVE_S,
-                                LEASE_TTL_S)
+            self._renewer = self.renewals.start(self._held_lease, self._answered, KEEPALIVE_S, LEASE_TTL_S)
+        else:
+            self._renewer = Renewer(lambda: self.meta, self._held_lease, self._answered, KEEPALIVE_S, LEASE_TTL_S)
+            self._tasks.append(loop.create_task(self._renewer.run()))
 
     async def stop(self) -> None:
         """Leave: the key goes at once, so the controller moves this shard's work without waiting for a TTL."""
@@ -154,6 +156,9 @@ class Membership:
         self._renewed_at = started
         self._serve_until = max(self._serve_until, started + LEASE_TTL_S * SERVE_FRACTION)
 
+    def _held_lease(self) -> int:
+        return self.lease if self._registered else 0
+
     def _answered(self, lease: int, sent: float, alive: bool) -> None:
         """A renewal's answer, on the renewal thread: only floats are written (atomic), the loop reads them."""
         if lease != self.lease:
@@ -170,26 +175,19 @@ class Membership:
         self._registered = False
         now = time.monotonic()
         # Which stalled: the renewal (its call still out), or the renewals' loop itself.
-        pending = f"{now - self._asked_at:.2f} s" if self._asked_at is not None else "none"
+        out = self._renewer.out_since if self._renewer is not None else None
+        pending = f"{now - out:.2f} s" if out is not None else "none"
         log.warning("shard %s: lease not renewed in time (last renewal sent %.2f s ago, one out for %s); no longer "
                     "serving until registered again", self.record.id if self.record else "?",
                     now - self._renewed_at, pending)
         task = asyncio.get_running_loop().create_task(self.on_lost())
         self._tasks.append(task)
 
-    async def _keep_alive(self) -> None:
-        """Renews on this loop when there is no renewal thread; either way, tells the shard of a lapse and
-        registers again after one."""
+    async def _keep_serving(self) -> None:
+        """Tells the shard when its lease has lapsed, and registers again after that."""
         while True:
             await asyncio.sleep(KEEPALIVE_S)
             try:
-                if self._registered and self.renewals is None:
-                    started = self._asked_at = time.monotonic()
-                    try:
-                        alive = await asyncio.wait_for(self.meta.lease_keepalive(self.lease), LEASE_TTL_S)
-                    finally:
-                        self._asked_at = None
-                    self._answered(self.lease, started, alive)
                 if self.serving:
                     continue
                 self._expired()
@@ -201,8 +199,8 @@ class Membership:
                 self.on_change()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # the store is unreachable: the deadline timer fences us if this lasts
-                log.warning("shard %s: lease renewal failed: %s", self.record.id if self.record else "?", e)
+            except Exception as e:  # the store is unreachable: not serving, and trying again
+                log.warning("shard %s: could not register again: %s", self.record.id if self.record else "?", e)
 
     async def _follow(self, revision: int) -> None:
         while True:

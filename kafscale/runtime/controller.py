@@ -44,7 +44,8 @@ from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
 from kafscale.runtime import planned_moves
 from kafscale.runtime.scaler import Scaler
-from kafscale.runtime.shard_actor import ShardActor, open_metadata_store, shard_actor_name
+from kafscale.runtime.shard_actor import open_metadata_store
+from kafscale.runtime.shard_actors import ShardActors
 from kafscale.storage.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -67,13 +68,13 @@ class Controller:
         self.env = dict(env or {})  # travels to every actor: shards on other nodes do not see serve's environment
         self.node_id = ray.get_runtime_context().get_node_id()
         self.meta: MetadataStore | None = None
-        self.handles: dict[int, tuple[str, Any]] = {}  # shard id -> (node id, actor)
-        self.starting: dict[int, asyncio.Future[Any]] = {}
+        self.actors = ShardActors(self.config, ray_namespace, self.env,
+                                  None if self.config.etcd_endpoint_list() else METADATA_ACTOR_NAME,
+                                  self.config.shard_cpus if self.config.autoscale else 0)
         self.seen_live: set[int] = set()
         self.missing_since: dict[int, float] = {}
         self.live: set[int] = set()
         self.known_nodes: set[str] = set()
-        self.retired: set[int] = set()  # shards this controller ended for good (ids are never reused)
         self.rounds = 0
         self._check_placement = True  # placement may name shards that are gone (at start, after a forget)
         self.stopping = False
@@ -143,18 +144,18 @@ class Controller:
         # renewed when it restarted (as etcd does): it holds its lease out, but it is not this cluster running.
         current = {s for s, r in live.items() if not r.node_id or r.node_id in self.known_nodes}
         # A scale-down may have retired a shard while this round awaited the store: never start it again.
-        wanted = {s: shard for s, shard in wanted.items() if s not in self.retired}
-        for stray in sorted(s for s in current - self.retired if s not in wanted and live[s].node_id):
+        wanted = {s: shard for s, shard in wanted.items() if s not in self.actors.retired}
+        for stray in sorted(s for s in current - self.actors.retired if s not in wanted and live[s].node_id):
             # Registered in this cluster but not wanted (retired by a controller that died before ending
             # it): it would hold its lease, and show in Metadata, forever.
             log.warning("controller: shard %d runs but is not wanted; ending it", stray)
-            self._retire(stray)
+            self.actors.retire(stray)
         now = time.monotonic()
         # This controller has just (re)started while the cluster runs: a shard missing now died meanwhile,
         # and gets only the time a restarting process needs, not the grace of a cluster starting up.
         restarted = self.rounds == 0 and bool(current)
         for shard in wanted.values():
-            self._actor(shard)
+            self.actors.actor(shard)
             if restarted and shard.id not in current:
                 self.missing_since.setdefault(shard.id, now - STARTUP_GRACE_S + RESTARTED_GRACE_S)
             if shard.id in current:
@@ -162,11 +163,11 @@ class Controller:
                 self.missing_since.pop(shard.id, None)
             else:
                 self.missing_since.setdefault(shard.id, now)
-                self._start(shard)
+                self.actors.start(shard)  # step 2
         await store.ensure_group_slots(meta, list(wanted))
         await self._heal(meta, wanted)
         if self.scaler is not None:
-            handles = {s: h for s, (_, h) in self.handles.items()}
+            handles = self.actors.by_shard()
             placed = {s: shard.node_id for s, shard in wanted.items()}
             await self.scaler.step(meta, handles, self.live, placed, self.capacity, self._hand_off, self._forget)
 
@@ -236,64 +237,16 @@ class Controller:
             await store.forget(meta, shard_id)
             wanted.pop(shard_id, None)
             self.seen_live.discard(shard_id)
-            self._retire(shard_id)
+            self.actors.retire(shard_id)
         return wanted
-
-    def _actor(self, shard: store.WantedShard) -> Any:
-        """The shard's actor on its node: the running one (after a controller restart too), else a new one."""
-        known = self.handles.get(shard.id)
-        if known is not None and known[0] == shard.node_id:
-            return known[1]
-        if known is not None:  # adopted by another node: the old actor cannot run there
-            self._end_actor(shard.id)
-        handle = ShardActor.options(  # type: ignore[attr-defined]
-            name=shard_actor_name(shard.id), namespace=self.ray_namespace, get_if_exists=True,
-            num_cpus=self.config.shard_cpus if self.scaler is not None else 0,
-            lifetime="detached", runtime_env={"env_vars": self.env},
-            scheduling_strategy=NodeAffinitySchedulingStrategy(shard.node_id, soft=False),
-        ).remote(shard.id, dataclasses.asdict(self.config), shard.port, shard.host,
-                 None if self.config.etcd_endpoint_list() else METADATA_ACTOR_NAME, self.ray_namespace)
-        self.handles[shard.id] = (shard.node_id, handle)
-        return handle
-
-    def _start(self, shard: store.WantedShard) -> None:
-        """Step 2: a shard that is not live is (being) started."""
-        if shard.id in self.starting:
-            return
-        future = asyncio.ensure_future(asyncio.wait_for(self._actor(shard).start.remote(), 60))
-        self.starting[shard.id] = future
-
-        def done(f: asyncio.Future[Any]) -> None:
-            self.starting.pop(shard.id, None)
-            if not f.cancelled() and f.exception() is not None:
-                log.warning("controller: shard %d not started yet: %s", shard.id, f.exception())
-
-        future.add_done_callback(done)
 
     async def _forget(self, shard_id: int) -> None:
         """A shard scaled away, its work already moved: stopped cleanly (its lease goes with it), then ended."""
-        known = self.handles.get(shard_id)
-        if known is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(known[1].stop.remote(), 30)
+        await self.actors.stop(shard_id, 30)
         await store.forget(await self._store(), shard_id)
         self.seen_live.discard(shard_id)
         self.missing_since.pop(shard_id, None)
-        self._retire(shard_id)
-
-    def _retire(self, shard_id: int) -> None:
-        self.retired.add(shard_id)
-        self._end_actor(shard_id)
-
-    def _end_actor(self, shard_id: int) -> None:
-        known = self.handles.pop(shard_id, None)
-        handle = known[1] if known else None
-        if handle is None:
-            with contextlib.suppress(Exception):
-                handle = ray.get_actor(shard_actor_name(shard_id), namespace=self.ray_namespace)
-        if handle is not None:
-            with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True)
+        self.actors.retire(shard_id)
 
     def _dead(self, wanted: dict[int, store.WantedShard]) -> set[int]:
         now = time.monotonic()
@@ -324,7 +277,7 @@ class Controller:
 
     async def _hand_off(self, moves: list[Move]) -> list[dict[str, Any]]:
         assert self.meta is not None
-        release = {s: h.release for s, (_, h) in self.handles.items() if s in self.live}
+        release = {s: h.release for s, h in self.actors.by_shard(self.live).items()}
         return await planned_moves.hand_off(self.meta, moves, release, self._moves)
 
     async def move(self, topic: str, partition: int, target: int) -> dict[str, Any]:
@@ -369,8 +322,7 @@ class Controller:
                 "controller": {"node_id": self.node_id, "pid": os.getpid()}}
 
     async def status(self) -> list[dict[str, Any]]:
-        handles = [h for _, h in self.handles.values()]
-        return list(await asyncio.gather(*(h.status.remote() for h in handles)))
+        return list(await asyncio.gather(*(h.status.remote() for h in self.actors.by_shard().values())))
 
     async def stop(self) -> None:
         """Flush and release every partition, then end the shards and the metadata actor (the wanted shards
@@ -381,16 +333,7 @@ class Controller:
         self._loop.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._loop
-        for f in self.starting.values():
-            f.cancel()
-        handles = dict(self.handles)
-        results = await asyncio.gather(*(asyncio.wait_for(h.stop.remote(), 60) for _, h in handles.values()),
-                                       return_exceptions=True)
-        for shard_id, r in zip(handles, results, strict=True):
-            if isinstance(r, Exception):
-                log.warning("shard %d did not stop cleanly: %s", shard_id, r)
-        for shard_id in list(handles):
-            self._end_actor(shard_id)
+        await self.actors.stop_all()
         if self.meta is not None:
             with contextlib.suppress(Exception):
                 await self.meta.close()

@@ -5,8 +5,9 @@ policy (kafscale.cluster.autoscale) for the shard count, and acts:
 - more shards: the count is raised; the controller's placement step starts them on the nodes with room
   (kafscale.cluster.fit), and Ray's autoscaler is asked for nodes for those that fit nowhere;
 - fewer: the least loaded shard is drained with planned moves (hand-off), then stopped and forgotten;
-- balance: once every shard reports, partitions move by measured load (kafscale.cluster.assign.balance_by_load),
-  a few at a time, only after the previous moves' effect has been measured.
+- balance: once every shard reports, and a shard runs above the target or holds nothing, partitions move by
+  measured load (kafscale.cluster.assign.balance_by_load), a few at a time, only after the previous moves'
+  effect has been measured.
 The count and the shards being removed are kept in the metadata store (`cluster/autoscale`), so a controller
 restarted in the middle of a scale-up or a drain finishes it.
 """
@@ -121,7 +122,7 @@ class Scaler:
             self._run(self._remove(meta, leaving, [s for s in active if s not in leaving], hand_off, forget))
             return
         if now - self.settled_at >= SETTLE_S and set(active) <= set(self.loads) and set(active) <= live:
-            self._run(self._balance(meta, active, hand_off))
+            self._run(self._balance(meta, active, hand_off, by_load=decision.rebalance))
 
     def _max(self, capacity: int) -> int:
         return max(self.config.max_shards or capacity, self.config.min_shards)
@@ -147,13 +148,17 @@ class Scaler:
 
         self._task = asyncio.ensure_future(guarded())
 
-    async def _balance(self, meta: MetadataStore, shards: list[int], hand_off: HandOff) -> None:
-        """Partitions by measured load, group slots by count, over the shards that stay."""
-        busy: dict[tuple[str, int], float] = {}
-        for s in shards:
-            busy.update(self.loads[s].partition_busy())
+    async def _balance(self, meta: MetadataStore, shards: list[int], hand_off: HandOff, by_load: bool) -> None:
+        """Group slots by count; partitions by measured load, but only when it pays: a shard runs above the target
+        (`by_load`, the policy's rebalance) or one holds no partition (a new one). Among shards under the target
+        every move would only chase the busy readings' jitter, and each pauses its partition's producers."""
         parts = store.partition_assignment(await store.topics(meta))
-        moves = balance_by_load(parts, busy, shards, self.config.moves_in_flight)
+        moves = []
+        if by_load or not set(shards) <= set(parts.values()):
+            busy: dict[tuple[str, int], float] = {}
+            for s in shards:
+                busy.update(self.loads[s].partition_busy())
+            moves = balance_by_load(parts, busy, shards, self.config.moves_in_flight)
         moves += balance(store.slot_assignment(await store.group_slots(meta)), shards)
         if moves:
             log.info("autoscale: balancing by load: %d move(s)", len(moves))

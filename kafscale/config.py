@@ -16,6 +16,9 @@ from typing import Any
 
 import yaml
 
+from kafscale import listeners
+from kafscale.listeners import ListenerSpec
+
 log = logging.getLogger(__name__)
 
 # Settings still accepted (so existing config files, environments and flags keep working) but no longer read:
@@ -41,6 +44,24 @@ class BrokerConfig:
     advertised_host: str = field(default="", metadata={
         "help": "host clients are told to connect to; may hold {node_ip} (default: the bind host, or the node's IP"
                 " when binding 0.0.0.0; a Ray node label kafscale-advertised-host wins)"})
+    listeners: str = field(default="", metadata={
+        "help": "Kafka-style NAME://HOST:PORT,... (names PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, or mapped by"
+                " --listener-security-protocol-map); every shard serves each at PORT+k; replaces --listen"})
+    advertised_listeners: str = field(default="", metadata={
+        "help": "NAME://HOST[:PORT],... what clients are told per listener (HOST may hold {node_ip})"})
+    listener_security_protocol_map: str = field(default="", metadata={
+        "help": "NAME:PROTOCOL,... for listener names that are not security protocols"})
+    ssl_certfile: str = field(default="", metadata={"help": "PEM certificate (chain) of SSL/SASL_SSL listeners"})
+    ssl_keyfile: str = field(default="", metadata={"help": "PEM private key (empty: in the certfile)"})
+    ssl_cafile: str = field(default="", metadata={"help": "PEM CAs that sign client certificates (mTLS)"})
+    ssl_client_auth: str = field(default="none", metadata={
+        "help": "client certificates on SSL listeners: none, requested or required"})
+    ssl_principal_mapping_rules: str = field(default="DEFAULT", metadata={
+        "help": "Kafka's RULE:pattern/replacement/[LU],...,DEFAULT from a certificate's subject to a user name"})
+    sasl_enabled_mechanisms: str = field(default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER", metadata={
+        "help": "SASL mechanisms SASL listeners offer (OAUTHBEARER only with --sasl-oauthbearer-jwks)"})
+    connections_max_reauth_ms: int = field(default=0, metadata={
+        "help": "a SASL session lasts at most this long before the client must re-authenticate (0: forever)"})
     shard_ports: str = field(default="", metadata={
         "help": "comma-separated ports for shards 0, 1, ... on each address, instead of PORT+k"})
     data_dir: str = field(default="./data", metadata={"help": "embedded stores live here"})
@@ -115,7 +136,18 @@ class BrokerConfig:
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
     log_json: bool = field(default=False, metadata={"help": "structured JSON logs"})
 
+    def listener_specs(self) -> list[ListenerSpec]:
+        try:
+            return listeners.parse(self.listeners, self.advertised_listeners, self.listener_security_protocol_map,
+                                   self.listen)
+        except listeners.ListenerError as e:
+            raise ConfigError(str(e)) from None
+
     def listen_host_port(self) -> tuple[str, int]:
+        """The first listener's bind HOST and PORT (the port scheme and health checks go by it)."""
+        if self.listeners.strip():
+            first = self.listener_specs()[0]
+            return first.host, first.port
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit():
             raise ConfigError(f"listen: expected HOST:PORT, got {self.listen!r}")
@@ -158,11 +190,27 @@ class BrokerConfig:
         host, _ = self.listen_host_port()
         return host.replace("{node_ip}", node_ip)
 
+    def sasl_mechanisms(self) -> list[str]:
+        return [m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip()]
+
     def etcd_endpoint_list(self) -> list[str]:
         return [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]
 
     def validate(self) -> BrokerConfig:
         self.listen_host_port()
+        specs = self.listener_specs()
+        if any(s.tls for s in specs) and not self.ssl_certfile:
+            raise ConfigError("ssl_certfile: the SSL and SASL_SSL listeners need a certificate")
+        if self.ssl_client_auth not in ("none", "requested", "required"):
+            raise ConfigError(f"ssl_client_auth: expected none, requested or required, got {self.ssl_client_auth!r}")
+        unknown = set(self.sasl_mechanisms()) - set(SASL_MECHANISMS)
+        if unknown:
+            raise ConfigError(f"sasl_enabled_mechanisms: unknown {', '.join(sorted(unknown))} (known: "
+                              f"{', '.join(SASL_MECHANISMS)})")
+        if self.connections_max_reauth_ms < 0:
+            raise ConfigError(f"connections_max_reauth_ms: must be >= 0, got {self.connections_max_reauth_ms}")
+        if len(specs) > 1 and self._explicit_ports():
+            raise ConfigError("shard_ports: only with a single listener (with several, shard k serves each at PORT+k)")
         for name in ("flush_interval_ms", "segment_bytes", "cache_bytes", "max_frame_bytes", "default_partitions",
                      "segment_uploads_in_flight", "max_in_flight_requests", "max_in_flight_bytes"):
             if getattr(self, name) <= 0:
@@ -197,6 +245,7 @@ class BrokerConfig:
         return self
 
 
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 

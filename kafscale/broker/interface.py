@@ -23,6 +23,7 @@ from kafscale.cluster.placement import Placement
 from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
 from kafscale.groups.registry import GroupRegistry
+from kafscale.security.credentials import Credentials
 
 T = TypeVar("T")
 
@@ -60,6 +61,7 @@ class Broker(Peer, Protocol):
     placement: Placement  # who leads each partition and coordinates each group
     topics: TopicRegistry  # the topics as the metadata store holds them (watched)
     groups: GroupRegistry  # the group coordinators this shard hosts
+    credentials: Credentials  # users' SCRAM credentials (SASL checks them; the SCRAM admin APIs manage them)
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
                       then: Callable[[list[ProduceResult]], T]) -> asyncio.Future[T]:

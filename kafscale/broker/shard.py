@@ -39,6 +39,7 @@ from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
 from kafscale.config import BrokerConfig
 from kafscale.groups.registry import GroupRegistry, group_settings
+from kafscale.security.credentials import Credentials
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState, HealthThresholds, HealthTracker
@@ -74,6 +75,8 @@ class ShardCore:
         self.membership = (None if peers is None else
                            Membership(self.meta, self.placement, on_change=self._placement_changed,
                                       on_lost=self._lost_lease, resync=self._resync, renewals=renewals))
+        self.credentials = Credentials(self.meta)  # SCRAM credentials, mirrored while a SASL listener needs them
+        self._sasl = any(spec.sasl for spec in config.listener_specs())
         self.handoffs = HandOffs()  # partitions released in planned moves, and lately moved away
         self.topics = TopicRegistry(self.meta)
         settings = OwnerSettings(
@@ -109,6 +112,8 @@ class ShardCore:
             await self.membership.load()  # who is live, before anything is opened or answered
         await self.topics.start()
         await self.groups.start()
+        if self._sasl:
+            await self.credentials.start()
         loop = asyncio.get_running_loop()
         self._background += [loop.create_task(self.objects.warm_up()),
                              loop.create_task(retention.run(lambda: self.owners.values(),
@@ -133,6 +138,7 @@ class ShardCore:
             await self.membership.stop()
         log.info("shard %d stopping: topic watch", self.shard_id)
         await self.topics.stop()
+        await self.credentials.stop()
         self.objects.close()
         log.info("shard %d stopped", self.shard_id)
 

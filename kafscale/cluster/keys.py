@@ -3,7 +3,8 @@
 cluster                                     {cluster_id, created_ms}
 topics/{name}                               {id, partitions, configs, created_ms, placement: [shard, ...],
                                              leader_epochs: [epoch, ...]}   partition p is led by placement[p]
-cluster/brokers/{id}                        {id, host, port, node_id, node_ip, pid, started_ms}   under the
+cluster/brokers/{id}                        {id, host, port, node_id, node_ip, pid, started_ms, listeners:
+                                             [[name, host, port], ...]}   under the
                                              shard's lease: present while the shard is alive and serving
 cluster/shards/{id}                         {id, node_id, node_ip, slot, host, port}   the shards the controller
                                              wants (slot: which port of its address)
@@ -20,6 +21,8 @@ groups/{g}                                  {generation, protocol_type, protocol
                                             written when the generation changes (and with a group's first commit)
 group_offsets/{g}/{topic}/{p}               {offset, leader_epoch, metadata, commit_ms[, expire_ms]}
 group_coordinators/{g}                      {epoch, shard}                      fencing token of the coordinator
+security/scram/{user}/{mechanism}         {mechanism, iterations, salt, stored_key, server_key}   SCRAM
+                                            credentials (never a password); {user} percent-encoded
 ({g} is the group id percent-encoded: group ids may contain '/'.)
 """
 
@@ -37,7 +40,8 @@ SHARDS = "cluster/shards/"
 NEXT_SHARD_ID = "cluster/next_shard_id"
 GROUP_SLOTS = "cluster/groups"
 DRAINING = "cluster/draining"
-AUTOSCALE = "cluster/autoscale"  # --autoscale: the shard count wanted, and the shards being drained to stop
+AUTOSCALE = "cluster/autoscale"
+SCRAM_CREDENTIALS = "security/scram/"  # --autoscale: the shard count wanted, and the shards being drained to stop
 
 
 def broker(shard_id: int) -> str:
@@ -100,3 +104,7 @@ def group_offset(group_id: str, topic_name: str, partition: int) -> str:
 
 def group_coordinator(group_id: str) -> str:
     return f"group_coordinators/{_group(group_id)}"
+
+
+def scram_credential(user: str, mechanism: str) -> str:
+    return f"{SCRAM_CREDENTIALS}{quote(user, safe='')}/{mechanism}"

@@ -50,10 +50,12 @@ class BrokerRecord:
     node_ip: str = ""
     pid: int = 0
     started_ms: int = 0
+    listeners: tuple[tuple[str, str, int], ...] = ()  # (name, advertised host, port) of every listener
 
     @property
     def address(self) -> ShardAddress:
-        return ShardAddress(self.id, self.host, self.port)
+        listeners = tuple((str(n), str(h), int(p)) for n, h, p in self.listeners)  # lists, as stored
+        return ShardAddress(self.id, self.host, self.port, listeners)
 
     @classmethod
     def from_value(cls, v: dict[str, object]) -> BrokerRecord:

@@ -27,11 +27,20 @@ GROUP_SLOTS = 64
 
 @dataclass(frozen=True, slots=True)
 class ShardAddress:
-    """A shard as clients see it: a Kafka broker (node id = shard id) at an advertised address."""
+    """A shard as clients see it: a Kafka broker (node id = shard id) at an advertised address per listener
+    (host and port are the first listener's)."""
 
     id: int
     host: str
     port: int
+    listeners: tuple[tuple[str, str, int], ...] = ()  # (listener name, advertised host, port)
+
+    def on(self, listener: str) -> tuple[str, int]:
+        """The address clients that came in on `listener` are told (the first listener's if it has none)."""
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 def spread(topic: str, partitions: int, shard_ids: Sequence[int], first: int = 0) -> list[int]:

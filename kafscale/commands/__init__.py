@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "kafscale.commands.consume",
     "kafscale.commands.cluster",
     "kafscale.commands.group",
+    "kafscale.commands.user",
     "kafscale.commands.pipeline",
     "kafscale.commands.sql",
     "kafscale.commands.bench",

@@ -122,7 +122,7 @@ class ShardActor:
         meta = open_metadata_store(self.config, self.metadata_actor, self.ray_namespace)
         host = ShardHost(self.shard_id, self.config, meta=meta, objects=open_object_store(self.config),
                          peers=self._peer, port=self.port, advertised_host=self.advertised_host,
-                         bind_host=self.config.bind_host(self.node_ip),
+                         bind_host=self.config.bind_host(self.node_ip), node_ip=self.node_ip,
                          open_renewal_store=lambda: open_metadata_store(self.config, self.metadata_actor,
                                                                         self.ray_namespace))
         address = await host.start(node_id=ray.get_runtime_context().get_node_id(), node_ip=self.node_ip)

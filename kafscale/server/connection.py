@@ -59,6 +59,8 @@ from kafscale.protocol.errors import InvalidFrameSize, ProtocolError
 from kafscale.protocol.framing import FrameAssembler
 from kafscale.protocol.header import parse_request_header
 from kafscale.protocol.produce_codec import EncodedResponse
+from kafscale.security.principal import ANONYMOUS
+from kafscale.security.sasl import AuthFailed
 from kafscale.server.handlers import api_versions
 from kafscale.server.router import RequestContext
 
@@ -73,6 +75,9 @@ _CLOSE_TIMEOUT = 5.0  # seconds to flush the last responses to a client before a
 # Responses coalesced into one write when pipelined requests finish together; small enough
 # that the first of them is not noticeably delayed by encoding the rest.
 _MAX_BATCH = 8
+_SASL_HANDSHAKE, _SASL_AUTHENTICATE = 17, 36
+_RAW_TOKEN = -1  # a pending answer that is a bare SASL token (after a v0 SaslHandshake), framed by its length
+_SASL_KEYS = (_SASL_HANDSHAKE, _SASL_AUTHENTICATE, _RAW_TOKEN)
 
 
 class _Pending(NamedTuple):
@@ -108,6 +113,8 @@ class Connection(asyncio.BufferedProtocol):
         self._closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._aborted = False
         self._last_active = asyncio.get_running_loop().time()
+        self.principal = ANONYMOUS  # PLAINTEXT, or SSL without a client certificate; SASL sets its own
+        self.sasl = listener.new_sasl_session()  # None unless the listener is SASL_PLAINTEXT or SASL_SSL
 
     def __str__(self) -> str:
         who = f"{self.host}:{self.port}"
@@ -129,6 +136,8 @@ class Connection(asyncio.BufferedProtocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Responses are written whole; Nagle would only delay the last segment of each.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.listener.tls is not None and self.sasl is None:  # SSL: who the client certificate says
+            self.principal = self.listener.tls.principal(transport.get_extra_info("ssl_object"))
         self.listener._connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._write_loop())
 
@@ -145,7 +154,9 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("%s: connection closed inside a request (%d bytes of it received)",
                         self, self._frames.buffered)
         self._stop_reading()
-        return True  # keep the transport: answers to requests already read are still owed
+        # Keep the transport: answers to requests already read are still owed. TLS has no half-close: there the
+        # transport closes after this whatever it returns (and asyncio warns about a True).
+        return self.listener.tls is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -227,6 +238,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def _accept(self, payload: bytes | memoryview) -> bool:
         """Parse one request and start its handler; False means close the connection."""
+        if self.sasl is not None and self.sasl.raw_tokens:
+            return self._accept_token(bytes(payload))
         try:
             header = parse_request_header(payload)
         except ProtocolError as e:
@@ -258,9 +271,12 @@ class Connection(asyncio.BufferedProtocol):
                 self, api_key, api_version, route.min_version, route.max_version,
             )
             return False
+        if self.sasl is not None and not self._sasl_admits(api_key, api_version):
+            return False
         ctx = RequestContext(
             api_key, api_version, header.correlation_id, header.client_id,
             self.host, self.port, self.id, self.listener,
+            self.sasl.principal or ANONYMOUS if self.sasl is not None else self.principal, self.sasl,
         )
         task = self.router.start(ctx, request)
         self._in_flight += 1
@@ -269,6 +285,47 @@ class Connection(asyncio.BufferedProtocol):
             _Pending(task, header.correlation_id, api_key, api_version, response_version, len(payload))
         )
         return True
+
+    def _sasl_admits(self, api_key: int, api_version: int) -> bool:
+        """On a SASL listener: before authentication only ApiVersions and the SASL exchange; once the session
+        has expired (KIP-368), only a re-authentication."""
+        assert self.sasl is not None
+        if api_key in (api_versions.API_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE):
+            return True
+        if not self.sasl.authenticated:
+            log.warning("%s: API key %d v%d before SASL authentication completed; closing", self, api_key,
+                        api_version)
+            return False
+        if self.sasl.expired():
+            log.info("%s: SASL session of %s expired without re-authentication; closing", self,
+                     self.sasl.principal)
+            return False
+        return True
+
+    def _accept_token(self, token: bytes) -> bool:
+        """A bare SASL token after a v0 SaslHandshake: the exchange's next step, answered as a bare token."""
+        assert self.sasl is not None
+        task = asyncio.get_running_loop().create_task(self._token_step(token))
+        self._in_flight += 1
+        self._in_flight_bytes += len(token)
+        self._pending.put_nowait(_Pending(task, 0, _RAW_TOKEN, 0, 0, len(token)))
+        return True
+
+    async def _token_step(self, token: bytes) -> bytes | None:
+        assert self.sasl is not None
+        mechanism = self.sasl.mechanism
+        try:
+            step = await self.sasl.authenticate(token)
+        except AuthFailed as e:
+            self.sasl.failed = True
+            delay = self.listener.auth_failures.failed(self.host)
+            log.warning("%s: SASL %s authentication failed (%s); closing in %.1f s", self, mechanism, e, delay)
+            await asyncio.sleep(delay)
+            return None  # KIP-43's framing has no error answer: the connection closes
+        if step.done:
+            self.sasl.raw_tokens = False
+            log.info("%s: authenticated as %s (SASL %s)", self, self.sasl.principal, mechanism)
+        return len(step.data).to_bytes(4, "big") + step.data
 
     # ---------------------------------------------------------------- writing
 
@@ -306,6 +363,8 @@ class Connection(asyncio.BufferedProtocol):
                     out.append(frame)
                 self._in_flight -= 1
                 self._in_flight_bytes -= item.size
+                if item.api_key in _SASL_KEYS and self.sasl is not None and self.sasl.failed:
+                    return  # this answered a failure: written below, then the connection closes
                 if self._read_paused:
                     self._take_frames()
         except OSError as e:
@@ -336,6 +395,8 @@ class Connection(asyncio.BufferedProtocol):
                 raise ConnectionResetError("connection lost")
 
     def _encode(self, item: _Pending, response: Any) -> bytes | bytearray | None:
+        if item.api_key == _RAW_TOKEN:
+            return cast(bytes, response)
         if isinstance(response, EncodedResponse):
             key, version = response.api_key, response.api_version
         else:

@@ -14,6 +14,7 @@ from kafscale.broker.interface import Broker
 from kafscale.protocol.codec import decode_request
 from kafscale.server.handlers import (
     alter_configs,
+    alter_user_scram_credentials,
     create_partitions,
     create_topics,
     delete_groups,
@@ -22,6 +23,7 @@ from kafscale.server.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -37,12 +39,17 @@ from kafscale.server.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 from kafscale.server.router import Router
 
+# Authentication (docs/security.md): answered on every listener, as Kafka does.
+HANDLERS: tuple[ModuleType, ...] = (sasl_handshake, sasl_authenticate, describe_user_scram_credentials,
+                                    alter_user_scram_credentials)
 # Data and topics.
-HANDLERS: tuple[ModuleType, ...] = (produce, fetch, list_offsets, metadata, create_topics, delete_topics,
+HANDLERS += (produce, fetch, list_offsets, metadata, create_topics, delete_topics,
                                     init_producer_id, find_coordinator)
 # Operations (docs/operations.md): admin APIs.
 HANDLERS += (create_partitions, describe_configs, alter_configs, incremental_alter_configs, offset_for_leader_epoch,

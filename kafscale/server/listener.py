@@ -8,12 +8,18 @@ import asyncio
 import logging
 
 from kafscale.protocol.framing import DEFAULT_MAX_FRAME_BYTES, BufferPool
+from kafscale.security.credentials import Credentials
+from kafscale.security.sasl import SaslSession, SaslSettings
+from kafscale.security.throttle import FailureThrottle
+from kafscale.security.tls import ServerTls
 from kafscale.server.connection import Connection
 from kafscale.server.router import Router
 
 __all__ = ["Listener"]
 
 log = logging.getLogger(__name__)
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a TLS connection and stalls is dropped after this
+TLS_RELOAD_CHECK_S = 1.0  # how often the certificate files are checked for changes
 
 
 class Listener:
@@ -28,8 +34,19 @@ class Listener:
         max_in_flight: int = 1000,
         max_in_flight_bytes: int = 64 * 1024 * 1024,
         idle_timeout_s: float = 600.0,
+        name: str = "PLAINTEXT",
+        tls: ServerTls | None = None,
+        sasl: SaslSettings | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.router = router
+        self.name = name  # Metadata answers with the shards' addresses on the listener a request came in on
+        self.tls = tls
+        self.sasl = sasl
+        if sasl is not None and credentials is None:
+            raise ValueError(f"listener {name}: SASL needs the credentials")
+        self.credentials = credentials
+        self.auth_failures = FailureThrottle()
         self.host = host
         self.port = port  # the bound port once start() returned (port 0 picks a free one)
         self.max_frame_bytes = max_frame_bytes
@@ -42,6 +59,7 @@ class Listener:
         # either direction for this long is closed, so abandoned clients do not pile up.
         self.idle_timeout_s = idle_timeout_s
         self._sweeper: asyncio.Task[None] | None = None
+        self._reloader: asyncio.Task[None] | None = None
         self._advertised_host = advertised_host
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
@@ -53,6 +71,12 @@ class Listener:
         """The host clients should be told to connect to (Metadata, FindCoordinator)."""
         return self._advertised_host or self.host
 
+    def new_sasl_session(self) -> SaslSession | None:
+        if self.sasl is None:
+            return None
+        assert self.credentials is not None
+        return SaslSession(self.sasl, self.credentials)
+
     @property
     def connections(self) -> int:
         return len(self._connections)
@@ -60,11 +84,21 @@ class Listener:
     async def start(self) -> None:
         self._stopping = False
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port, backlog=1024)
+        self._server = await loop.create_server(
+            lambda: Connection(self), self.host, self.port, backlog=1024,
+            ssl=self.tls.context if self.tls is not None else None,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self.tls is not None else None)
         self.port = self._server.sockets[0].getsockname()[1]
         if self.idle_timeout_s > 0:
             self._sweeper = loop.create_task(self._close_idle())
-        log.info("listening on %s:%d", self.host, self.port)
+        if self.tls is not None:
+            self._reloader = loop.create_task(self._reload_tls(self.tls))
+        log.info("listening on %s:%d (%s)", self.host, self.port, self.name)
+
+    async def _reload_tls(self, tls: ServerTls) -> None:
+        while True:
+            await asyncio.sleep(TLS_RELOAD_CHECK_S)
+            tls.reload_if_changed()
 
     async def _close_idle(self) -> None:
         loop = asyncio.get_running_loop()
@@ -80,9 +114,10 @@ class Listener:
         """Stop accepting, stop reading, let in-flight handlers finish and their responses be
         written for up to `grace` seconds, then cancel what is left and close every connection."""
         self._stopping = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        for task in (self._sweeper, self._reloader):
+            if task is not None:
+                task.cancel()
+        self._sweeper = self._reloader = None
         if self._server is not None:
             self._server.close()
         connections = list(self._connections)

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kafscale.protocol.codec import decode_request, request_class, response_class
+from kafscale.security.principal import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
+    from kafscale.security.sasl import SaslSession
     from kafscale.server.listener import Listener
 
 __all__ = ["Decoder", "Handler", "RequestContext", "Route", "Router"]
@@ -28,7 +30,9 @@ class RequestContext:
     client_host: str
     client_port: int
     connection_id: int
-    listener: Listener  # .host / .port / .advertised_host of the listener that got the request
+    listener: Listener  # .name / .host / .port / .advertised_host of the listener that got the request
+    principal: Principal = ANONYMOUS  # who the client proved to be (SASL, or an SSL client certificate)
+    sasl: SaslSession | None = None  # the connection's SASL state, on SASL listeners (the SASL handlers' business)
 
 
 # Answers a kio response object of the request's (api_key, api_version), an EncodedResponse, or None

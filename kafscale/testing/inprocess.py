@@ -54,6 +54,12 @@ class InProcessBroker:
         assert self.shard is not None
         return f"127.0.0.1:{self.shard.listener.port}"
 
+    def bootstrap_for(self, listener: str) -> str:
+        """The address of the named listener (configs with `listeners` give each 127.0.0.1:0)."""
+        assert self.shard is not None
+        found = next(li for li in self.shard.listeners if li.name == listener)
+        return f"127.0.0.1:{found.port}"
+
     def stop(self) -> None:
         async def shutdown() -> None:
             if self.shard is not None:

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -30,6 +31,7 @@ from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
 from kafscale.groups.registry import GroupRegistry, group_settings
 from kafscale.protocol.errors import ErrorCode
+from kafscale.security.credentials import Credentials
 from kafscale.server.router import RequestContext
 from kafscale.storage.batch import set_base_offset, split_batches
 from kafscale.storage.embedded_store import EmbeddedStore
@@ -55,6 +57,7 @@ class FakeBroker:
         self.cluster_id = "fake-cluster"
         self.placement = Placement(shard_id, [ShardAddress(i, "127.0.0.1", 9092 + i) for i in range(shards)])
         self.topics = TopicRegistry(meta)
+        self.credentials = Credentials(meta)
         self.groups = GroupRegistry(shard_id, meta, group_settings(self.config), owns=self.placement.coordinates,
                                     offsets_retention_ms=self.config.offsets_retention_minutes * 60_000,
                                     retention_check_interval_s=3600, topic=self.topics.get)
@@ -162,7 +165,8 @@ async def fake_broker(tmp_path: Path, **kwargs: Any) -> AsyncIterator[FakeBroker
 
 def context(api_key: int, version: int, correlation_id: int = 7) -> RequestContext:
     """What the listener hands a handler, for a request that came from nowhere."""
-    return RequestContext(api_key, version, correlation_id, "unit-test", "127.0.0.1", 1, 1, None)  # type: ignore[arg-type]
+    listener = SimpleNamespace(name="PLAINTEXT")  # what handlers read of the listener a request came in on
+    return RequestContext(api_key, version, correlation_id, "unit-test", "127.0.0.1", 1, 1, listener)  # type: ignore[arg-type]
 
 
 def record_batch(*values: bytes) -> bytearray:

@@ -283,3 +283,47 @@ async def test_group_requests_for_a_group_another_shard_coordinates_get_not_coor
         unknown = await heartbeat.handle(broker, context(12, 4), request(
             12, 4, group_id=here, generation_id=1, member_id="m", group_instance_id=None))
         assert unknown.error_code == ErrorCode.unknown_member_id
+
+
+# ---------------------------------------------------------------------------------------- SCRAM credentials
+
+
+async def test_scram_credentials_are_set_described_and_deleted_with_kafkas_errors(tmp_path: Path) -> None:
+    from kafscale.security.scram import Mechanism
+    from kafscale.server.handlers import alter_user_scram_credentials as alter
+    from kafscale.server.handlers import describe_user_scram_credentials as describe
+
+    def upsert(name: str, mechanism: int, iterations: int = 4096, salt: bytes = b"salt") -> Any:
+        return part(51, 0, "ScramCredentialUpsertion", name=name, mechanism=mechanism, iterations=iterations,
+                    salt=salt, salted_password=b"salted")
+
+    def deletion(name: str, mechanism: int) -> Any:
+        return part(51, 0, "ScramCredentialDeletion", name=name, mechanism=mechanism)
+
+    async with fake_broker(tmp_path) as broker:
+        upserts = (upsert("alice", 2), upsert("alice", 1, iterations=8192), upsert("bob", 7),
+                   upsert("eve", 1, iterations=100), upsert("", 1), upsert("dan", 1), upsert("dan", 1),
+                   upsert("fay", 1, salt=b""))
+        answer = await alter.handle(broker, context(51, 0), request(51, 0, deletions=(deletion("carol", 1),),
+                                                                     upsertions=upserts))
+        assert {r.user: r.error_code for r in answer.results} == {
+            "carol": ErrorCode.resource_not_found, "alice": ErrorCode.none, "bob": ErrorCode.unsupported_sasl_mechanism,
+            "eve": ErrorCode.unacceptable_credential, "": ErrorCode.unacceptable_credential,
+            "dan": ErrorCode.duplicate_resource, "fay": ErrorCode.unacceptable_credential}
+        stored = await broker.credentials.stored()
+        assert set(stored) == {"alice"} and stored["alice"][Mechanism.SCRAM_SHA_256].iterations == 8192
+
+        answer = await describe.handle(broker, context(50, 0), request(50, 0, users=None))
+        (alice,) = answer.results
+        assert alice.user == "alice" and [(i.mechanism, i.iterations) for i in alice.credential_infos] == [(1, 8192),
+                                                                                                            (2, 4096)]
+        answer = await describe.handle(broker, context(50, 0), request(50, 0, users=(
+            part(50, 0, "UserName", name="nobody"), part(50, 0, "UserName", name="alice"),
+            part(50, 0, "UserName", name="alice"))))
+        assert [(r.user, r.error_code) for r in answer.results] == [("nobody", ErrorCode.resource_not_found),
+                                                                    ("alice", ErrorCode.duplicate_resource)]
+
+        answer = await alter.handle(broker, context(51, 0), request(51, 0, deletions=(deletion("alice", 1),),
+                                                                     upsertions=()))
+        assert [r.error_code for r in answer.results] == [ErrorCode.none]
+        assert set((await broker.credentials.stored())["alice"]) == {Mechanism.SCRAM_SHA_512}

@@ -88,11 +88,13 @@ def broker_entries(broker: Broker, broker_id: int) -> list[ConfigEntry]:
     """Read-only: Kafka's names where one exists (tools look for them), then every kafscale setting."""
     cfg = broker.config
     addr = next((s for s in broker.placement.shards if s.id == broker_id), None)
-    listener = f"PLAINTEXT://{addr.host}:{addr.port}" if addr else ""
+    listeners = ",".join(f"{name}://{host}:{port}" for name, host, port in addr.listeners) if addr else ""
+    if addr and not listeners:
+        listeners = f"PLAINTEXT://{addr.host}:{addr.port}"
     kafka_names: list[tuple[str, str, int]] = [
         ("broker.id", str(broker_id), TYPE_INT),
-        ("listeners", listener, TYPE_LIST),
-        ("advertised.listeners", listener, TYPE_LIST),
+        ("listeners", listeners, TYPE_LIST),
+        ("advertised.listeners", listeners, TYPE_LIST),
         ("auto.create.topics.enable", str(cfg.auto_create_topics).lower(), TYPE_BOOLEAN),
         ("num.partitions", str(cfg.default_partitions), TYPE_INT),
         ("socket.request.max.bytes", str(cfg.max_frame_bytes), TYPE_INT),

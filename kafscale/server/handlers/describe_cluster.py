@@ -25,8 +25,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     error_message="only broker endpoints are served", endpoint_type=endpoint_type,
                     cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
                     cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
-    brokers = tuple(make(mod.DescribeClusterBroker, broker_id=s.id, host=s.host, port=s.port, rack=None)
-                    for s in broker.placement.shards)
+    brokers = tuple(make(mod.DescribeClusterBroker, broker_id=s.id, host=host, port=port, rack=None)
+                    for s in broker.placement.shards for host, port in (s.on(ctx.listener.name),))
     return make(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 error_message=None, endpoint_type=ENDPOINT_BROKERS, cluster_id=broker.cluster_id,
                 controller_id=0, brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

@@ -43,8 +43,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             found = new_leader(broker, name, partition)  # KIP-951: the client goes there without a refresh
             if found is not None:
                 leader = {"current_leader": make(mod.LeaderIdAndEpoch, leader_id=found[0], leader_epoch=found[1])}
-                endpoints[found[0]] = make(mod.NodeEndpoint, node_id=found[0], host=found[2].host,
-                                           port=found[2].port, rack=None)
+                host, port = found[2].on(ctx.listener.name)
+                endpoints[found[0]] = make(mod.NodeEndpoint, node_id=found[0], host=host, port=port, rack=None)
         grouped.setdefault(ident, []).append(make(
             mod.PartitionData,
             **leader,

@@ -30,10 +30,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         coordinators = []
         for key in req.coordinator_keys:
             code, s = locate(key)
-            coordinators.append(make(mod.Coordinator, key=key, node_id=s.id if s else -1,
-                                     host=s.host if s else "", port=s.port if s else -1,
+            host, port = s.on(ctx.listener.name) if s else ("", -1)
+            coordinators.append(make(mod.Coordinator, key=key, node_id=s.id if s else -1, host=host, port=port,
                                      error_code=code, error_message=None))
         return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
     code, s = locate(req.key)
+    host, port = s.on(ctx.listener.name) if s else ("", -1)
     return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=None,
-                node_id=s.id if s else -1, host=s.host if s else "", port=s.port if s else -1)
+                node_id=s.id if s else -1, host=host, port=port)

@@ -26,8 +26,8 @@ API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-# Per broker: version -> (the view it shows, the frame). Weak, so a stopped broker's frames go with it.
-_all_topics_frames: weakref.WeakKeyDictionary[Broker, dict[int, tuple[tuple[Any, ...], bytes]]] = (
+# Per broker: (version, listener name) -> (the view it shows, the frame). Weak, so a stopped broker's frames go with it.
+_all_topics_frames: weakref.WeakKeyDictionary[Broker, dict[tuple[int, str], tuple[tuple[Any, ...], bytes]]] = (
     weakref.WeakKeyDictionary())
 
 
@@ -59,8 +59,8 @@ def partition(broker: Broker, mod: Any, info: TopicInfo, p: int) -> Any:
 
 def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, str | None, TopicInfo | None]]) -> Any:
     mod = response_module(ctx)
-    brokers = tuple(make(mod.MetadataResponseBroker, node_id=s.id, host=s.host, port=s.port, rack=None)
-                    for s in broker.placement.shards)
+    brokers = tuple(make(mod.MetadataResponseBroker, node_id=s.id, host=host, port=port, rack=None)
+                    for s in broker.placement.shards for host, port in (s.on(ctx.listener.name),))
     topics = []
     for code, name, info in answers:
         partitions = ()
@@ -78,12 +78,12 @@ def answer_all_topics(broker: Broker, ctx: RequestContext) -> EncodedResponse:
     v = ctx.api_version
     view = (broker.topics.generation, tuple(broker.placement.shards), broker.cluster_id)
     frames = _all_topics_frames.setdefault(broker, {})
-    cached = frames.get(v)
+    cached = frames.get((v, ctx.listener.name))
     if cached is not None and cached[0] == view:
         return EncodedResponse(API_KEY, v, readdress_response(cached[1], ctx.correlation_id))
     infos = sorted(broker.topics.topics.values(), key=lambda i: i.name)
     frame = encode_response(ctx.correlation_id, answer(broker, ctx, [(ErrorCode.none, i.name, i) for i in infos]))
-    frames[v] = (view, bytes(frame))
+    frames[(v, ctx.listener.name)] = (view, bytes(frame))
     return EncodedResponse(API_KEY, v, frame)
 
 

@@ -63,7 +63,7 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
                 found = new_leader(broker, t, p)  # KIP-951: the client goes there without a metadata refresh
                 if found is not None:
                     leaders[(t, p)] = (found[0], found[1])
-                    endpoints[found[0]] = (found[0], found[2].host, found[2].port)
+                    endpoints[found[0]] = (found[0], *found[2].on(ctx.listener.name))
         return encode_produce_response(ctx.api_version, ctx.correlation_id, [
             (topic.name, [(part.index, answers[(topic.name, part.index)]) for part in topic.partition_data])
             for topic in req.topic_data

@@ -131,10 +131,10 @@ class ShardHost:
                  ", ".join(f"{li.name} {li.host}:{li.port}" for li in self.listeners))
         loop = asyncio.get_running_loop()
         self._tasks += [loop.create_task(self.lag_sampler.run()), loop.create_task(self.load_meter.run())]
-        address = metrics_address(self.config.metrics_listen, self.shard_id)
-        if address is not None:
+        metrics_at = metrics_address(self.config.metrics_listen, self.shard_id)
+        if metrics_at is not None:
             self.metrics_server = MetricsServer(self.shard_id, self.metrics.registry, self._readiness_checks,
-                                                *address)
+                                                *metrics_at)
             await self.metrics_server.start()
         return address
 

@@ -25,3 +25,22 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free TCP port in {LOW}-{HIGH}")
+
+
+def free_ports_in_a_row(count: int) -> int:
+    """The first of `count` consecutive free ports (a listener's shards bind PORT, PORT+1, ...)."""
+    for _ in range(200):
+        first = random.randrange(LOW, HIGH - count)
+        taken = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                taken.append(s)
+                s.bind(("0.0.0.0", port))
+        except OSError:
+            continue
+        finally:
+            for s in taken:
+                s.close()
+        return first
+    raise RuntimeError(f"no {count} free TCP ports in a row in {LOW}-{HIGH}")

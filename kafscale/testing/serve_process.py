@@ -15,9 +15,16 @@ from kafscale.testing.ports import free_port
 
 class ServeProcess:
     def __init__(self, data_dir: str | Path, *, shards: int = 2, extra_args: list[str] | None = None,
-                 ports: list[int] | None = None, log_path: str | Path | None = None) -> None:
+                 ports: list[int] | None = None, log_path: str | Path | None = None,
+                 listeners: dict[str, int] | None = None) -> None:
+        """listeners: name -> first port, served as --listeners on 127.0.0.1 (shard k at PORT+k) instead of
+        --listen and --shard-ports; `ports` are then the first listener's."""
         self.data_dir = Path(data_dir)
         self.shards = shards
+        self.listeners = listeners
+        if listeners:
+            first = next(iter(listeners.values()))
+            ports = [first + k for k in range(shards)]
         self.ports = ports or [free_port() for _ in range(shards)]
         self.extra_args = extra_args or []
         self.log_path = Path(log_path) if log_path else self.data_dir.with_name(self.data_dir.name + "-serve.log")
@@ -33,8 +40,11 @@ class ServeProcess:
         return ",".join(f"127.0.0.1:{port}" for port in self.ports)
 
     def start(self, timeout: float = 120) -> ServeProcess:
-        args = [sys.executable, "-m", "kafscale.cli", "serve", "--listen", self.bootstrap,
-                "--shard-ports", ",".join(map(str, self.ports)), "--shards-per-node", str(self.shards),
+        if self.listeners:
+            where = ["--listeners", ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.listeners.items())]
+        else:
+            where = ["--listen", self.bootstrap, "--shard-ports", ",".join(map(str, self.ports))]
+        args = [sys.executable, "-m", "kafscale.cli", "serve", *where, "--shards-per-node", str(self.shards),
                 "--no-dashboard",
                 "--data-dir", str(self.data_dir), "--metrics-listen", "127.0.0.1:0", *self.extra_args]
         log = self.log_path.open("ab")

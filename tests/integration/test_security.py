@@ -579,3 +579,51 @@ def test_kafscale_user_makes_the_first_user_in_the_store_then_manages_users_thro
             admin.list_topics(timeout=3)
         code, _, err = user_cli(capsys, monkeypatch, "delete", "nobody", *as_carol)
         assert code == 1 and "nobody" in err
+
+
+# ------------------------------------------------------------------------------------ kafscale serve
+
+
+def test_every_shard_of_kafscale_serve_serves_every_listener(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, pki: Pki) -> None:
+    """Two shards on Ray, PLAINTEXT and SASL_PLAINTEXT: each shard binds both (PORT+k), Metadata over each
+    listener names both shards at that listener's ports, and a SASL client reaches both shards' partitions
+    (each shard checks the user against its own mirror of the credentials)."""
+    from confluent_kafka.admin import NewTopic
+
+    from kafscale.testing.ports import free_ports_in_a_row
+    from kafscale.testing.serve_process import ServeProcess
+
+    data = tmp_path / "data"
+    code, _, err = user_cli(capsys, monkeypatch, "create", USER, "--password-stdin", "--data-dir", str(data),
+                            password=PASSWORD)
+    assert code == 0, err
+    plain, sasl = free_ports_in_a_row(2), free_ports_in_a_row(2)
+    with ServeProcess(data, shards=2, listeners={"PLAINTEXT": plain, "SASL_PLAINTEXT": sasl}) as serve:
+        settings = confluent_sasl("SASL_PLAINTEXT", "SCRAM-SHA-512", pki)
+        for bootstrap, extra, first in ((f"127.0.0.1:{plain}", {}, plain), (f"127.0.0.1:{sasl + 1}", settings, sasl)):
+            admin = AdminClient({"bootstrap.servers": bootstrap, **extra})
+            brokers = admin.list_topics(timeout=30).brokers
+            assert sorted((b.id, b.port) for b in brokers.values()) == [(0, first), (1, first + 1)], serve.log_text()
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{sasl}", **settings})
+        name = topic()
+        admin.create_topics([NewTopic(name, 4)])[name].result(30)
+        leaders = {p.leader for p in admin.list_topics(name, timeout=30).topics[name].partitions.values()}
+        assert leaders == {0, 1}
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{sasl}", "acks": "all", **settings})
+        for i in range(40):
+            producer.produce(name, value=f"v{i}".encode(), partition=i % 4)
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{sasl}", "group.id": f"g-{name}",
+                             "auto.offset.reset": "earliest", **settings})
+        try:
+            consumer.subscribe([name])
+            got: list[bytes] = []
+            deadline = time.monotonic() + 60
+            while len(got) < 40 and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    got.append(message.value())
+        finally:
+            consumer.close()
+        assert sorted(got) == sorted(f"v{i}".encode() for i in range(40))

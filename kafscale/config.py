@@ -62,6 +62,12 @@ class BrokerConfig:
         "help": "SASL mechanisms SASL listeners offer (OAUTHBEARER only with --sasl-oauthbearer-jwks)"})
     connections_max_reauth_ms: int = field(default=0, metadata={
         "help": "a SASL session lasts at most this long before the client must re-authenticate (0: forever)"})
+    authorizer: str = field(default="", metadata={
+        "help": "'acl': check every request against ACLs (Create/Describe/DeleteAcls, `kafscale acl`); '': allow all"})
+    super_users: str = field(default="", metadata={
+        "help": "principals allowed everything under --authorizer acl, ';'-separated (User:admin;User:ops)"})
+    allow_everyone_if_no_acl_found: bool = field(default=False, metadata={
+        "help": "under --authorizer acl: a resource with no ACL at all is open to everyone (Kafka's option)"})
     shard_ports: str = field(default="", metadata={
         "help": "comma-separated ports for shards 0, 1, ... on each address, instead of PORT+k"})
     data_dir: str = field(default="./data", metadata={"help": "embedded stores live here"})
@@ -190,6 +196,9 @@ class BrokerConfig:
         host, _ = self.listen_host_port()
         return host.replace("{node_ip}", node_ip)
 
+    def super_user_list(self) -> list[str]:
+        return [p.strip() for p in self.super_users.split(";") if p.strip()]
+
     def sasl_mechanisms(self) -> list[str]:
         return [m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip()]
 
@@ -207,6 +216,12 @@ class BrokerConfig:
         if unknown:
             raise ConfigError(f"sasl_enabled_mechanisms: unknown {', '.join(sorted(unknown))} (known: "
                               f"{', '.join(SASL_MECHANISMS)})")
+        if self.authorizer not in ("", "acl"):
+            raise ConfigError(f"authorizer: expected 'acl' or '' (none), got {self.authorizer!r}")
+        for principal in self.super_user_list():
+            kind, sep, name = principal.partition(":")
+            if not sep or not kind or not name:
+                raise ConfigError(f"super_users: {principal!r} is not TYPE:NAME (User:admin)")
         if self.connections_max_reauth_ms < 0:
             raise ConfigError(f"connections_max_reauth_ms: must be >= 0, got {self.connections_max_reauth_ms}")
         if len(specs) > 1 and self._explicit_ports():

@@ -23,6 +23,7 @@ from kafscale.cluster.placement import Placement
 from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
 from kafscale.groups.registry import GroupRegistry
+from kafscale.security.acls import Acls
 from kafscale.security.credentials import Credentials
 
 T = TypeVar("T")
@@ -61,6 +62,7 @@ class Broker(Peer, Protocol):
     placement: Placement  # who leads each partition and coordinates each group
     topics: TopicRegistry  # the topics as the metadata store holds them (watched)
     groups: GroupRegistry  # the group coordinators this shard hosts
+    acls: Acls  # ACL bindings and the authorizer over them (its `authorizer` is None when none is configured)
     credentials: Credentials  # users' SCRAM credentials (SASL checks them; the SCRAM admin APIs manage them)
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,

@@ -39,6 +39,7 @@ from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
 from kafscale.config import BrokerConfig
 from kafscale.groups.registry import GroupRegistry, group_settings
+from kafscale.security.acls import Acls
 from kafscale.security.credentials import Credentials
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.cache import ByteLRU
@@ -77,6 +78,8 @@ class ShardCore:
                                       on_lost=self._lost_lease, resync=self._resync, renewals=renewals))
         self.credentials = Credentials(self.meta)  # SCRAM credentials, mirrored while a SASL listener needs them
         self._sasl = any(spec.sasl for spec in config.listener_specs())
+        self.acls = Acls(self.meta, enabled=config.authorizer == "acl", super_users=tuple(config.super_user_list()),
+                         allow_if_no_acl=config.allow_everyone_if_no_acl_found)
         self.handoffs = HandOffs()  # partitions released in planned moves, and lately moved away
         self.topics = TopicRegistry(self.meta)
         settings = OwnerSettings(
@@ -114,6 +117,7 @@ class ShardCore:
         await self.groups.start()
         if self._sasl:
             await self.credentials.start()
+        await self.acls.start()  # before the listener: no request is answered without the ACLs in force
         loop = asyncio.get_running_loop()
         self._background += [loop.create_task(self.objects.warm_up()),
                              loop.create_task(retention.run(lambda: self.owners.values(),
@@ -139,6 +143,7 @@ class ShardCore:
         log.info("shard %d stopping: topic watch", self.shard_id)
         await self.topics.stop()
         await self.credentials.stop()
+        await self.acls.stop()
         self.objects.close()
         log.info("shard %d stopped", self.shard_id)
 

@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "kafscale.commands.cluster",
     "kafscale.commands.group",
     "kafscale.commands.user",
+    "kafscale.commands.acl",
     "kafscale.commands.pipeline",
     "kafscale.commands.sql",
     "kafscale.commands.bench",

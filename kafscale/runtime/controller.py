@@ -183,7 +183,7 @@ class Controller:
         if self.scaler is not None:
             running = Counter(shard.node_id for shard in wanted.values())
             usable = [n for n in alive if not local_objects or n["NodeID"] == self.node_id]
-            fit = self.scaler.fit(usable, running)
+            fit = self.scaler.fit(usable, running, set(wanted))
             self.capacity = fit.capacity
             self.scaler.request_nodes(fit)
         for n in alive:

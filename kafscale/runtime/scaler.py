@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from kafscale.cluster import placement_store as store
@@ -53,11 +53,14 @@ class Scaler:
 
     # ---------------------------------------------------------------- where shards go
 
-    def fit(self, nodes: list[dict[str, Any]], running: Mapping[str, int]) -> Fit:
-        """Shards per alive node for the wanted count (the controller's placement step asks)."""
+    def fit(self, nodes: list[dict[str, Any]], running: Mapping[str, int], present: Collection[int] = ()) -> Fit:
+        """Shards per alive node for the wanted count (the controller's placement step asks). present: the
+        shards wanted now; a shard being drained counts while it is among them (it still runs) and not once the
+        drain has forgotten it, though the scale state still lists it until the drain ends: counted then, its
+        node would get a new shard in its place."""
         capacity = {n["NodeID"]: node_capacity(n.get("Resources", {}).get("CPU"), self.config.shard_cpus)
                     for n in nodes}
-        wanted = self.state.desired + len(self.state.removing)  # a shard being drained still runs
+        wanted = self.state.desired + len([s for s in self.state.removing if s in present])
         return fit_shards(max(wanted, sum(running.values())), capacity, running)
 
     def request_nodes(self, fit: Fit) -> None:

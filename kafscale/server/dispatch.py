@@ -15,11 +15,14 @@ from kafscale.protocol.codec import decode_request
 from kafscale.server.handlers import (
     alter_configs,
     alter_user_scram_credentials,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -47,7 +50,7 @@ from kafscale.server.router import Router
 
 # Authentication (docs/security.md): answered on every listener, as Kafka does.
 HANDLERS: tuple[ModuleType, ...] = (sasl_handshake, sasl_authenticate, describe_user_scram_credentials,
-                                    alter_user_scram_credentials)
+                                    alter_user_scram_credentials, describe_acls, create_acls, delete_acls)
 # Data and topics.
 HANDLERS += (produce, fetch, list_offsets, metadata, create_topics, delete_topics,
                                     init_producer_id, find_coordinator)

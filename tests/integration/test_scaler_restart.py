@@ -73,3 +73,16 @@ async def test_a_scale_up_decided_before_the_restart_starts_the_shards_still_mis
     nodes = [{"NodeID": f"node-{i}", "Resources": {"CPU": 1.0}} for i in range(3)]
     fit = scaler.fit(nodes, {"node-0": 1, "node-1": 1})
     assert fit.per_node == {"node-0": 1, "node-1": 1, "node-2": 1} and fit.unplaced == 0
+
+
+def test_a_drained_shard_once_forgotten_leaves_its_node_empty_before_the_drain_ends() -> None:
+    # 3 -> 1: shards 0 and 2 drain. The drain forgets shard 2, and for a moment the scale state still lists it
+    # as being removed. Counted then, its node would be handed a new shard in its place (seen once: a shard 3
+    # started on shard 2's node right after shard 2 stopped, and the idle cluster did not get back to 1).
+    scaler = Scaler(CONFIG)
+    scaler.state = store.ScaleState(1, (0, 2), "scale down to 1")
+    nodes = [{"NodeID": f"node-{i}", "Resources": {"CPU": 1.0}} for i in range(3)]
+    draining = scaler.fit(nodes, {"node-0": 1, "node-1": 1, "node-2": 1}, present={0, 1, 2})
+    assert sum(draining.per_node.values()) == 3  # both still run while their work moves
+    forgotten = scaler.fit(nodes, {"node-0": 1, "node-1": 1}, present={0, 1})
+    assert forgotten.per_node.get("node-2", 0) == 0 and sum(forgotten.per_node.values()) == 2

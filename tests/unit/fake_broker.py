@@ -31,6 +31,7 @@ from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
 from kafscale.groups.registry import GroupRegistry, group_settings
 from kafscale.protocol.errors import ErrorCode
+from kafscale.security.acls import Acls
 from kafscale.security.credentials import Credentials
 from kafscale.server.router import RequestContext
 from kafscale.storage.batch import set_base_offset, split_batches
@@ -58,6 +59,7 @@ class FakeBroker:
         self.placement = Placement(shard_id, [ShardAddress(i, "127.0.0.1", 9092 + i) for i in range(shards)])
         self.topics = TopicRegistry(meta)
         self.credentials = Credentials(meta)
+        self.acls = Acls(meta, enabled=False)  # no authorizer: every request is allowed
         self.groups = GroupRegistry(shard_id, meta, group_settings(self.config), owns=self.placement.coordinates,
                                     offsets_retention_ms=self.config.offsets_retention_minutes * 60_000,
                                     retention_check_interval_s=3600, topic=self.topics.get)

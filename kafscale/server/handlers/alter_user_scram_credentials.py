@@ -17,8 +17,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
+from kafscale.security.acl import Operation
 from kafscale.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, Mechanism, ScramCredential
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.server.handlers.common import NO_THROTTLE, allowed_on_cluster, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 51, 0, 0
@@ -27,6 +28,11 @@ log = logging.getLogger(__name__)
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
+    if not allowed_on_cluster(broker, ctx, Operation.ALTER):
+        users = dict.fromkeys(op.name for op in (*req.deletions, *req.upsertions))
+        return make(mod.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE, results=tuple(
+            make(mod.AlterUserScramCredentialsResult, user=u, error_code=ErrorCode.cluster_authorization_failed,
+                 error_message=None) for u in users))
     stored = await broker.credentials.stored()
     twice = Counter((op.name, op.mechanism) for op in (*req.deletions, *req.upsertions))
     problems: dict[str, tuple[ErrorCode, str]] = {}

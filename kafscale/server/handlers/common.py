@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 from kio.index import load_response_schema
 
 from kafscale.protocol.codec import make
+from kafscale.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kafscale.server.router import RequestContext
 
 if TYPE_CHECKING:
     from kafscale.broker.interface import Broker
     from kafscale.cluster.placement import ShardAddress
 
-__all__ = ["NO_THROTTLE", "from_datetime", "make", "ms", "response_module", "to_datetime"]
+__all__ = ["NO_THROTTLE", "allowed", "from_datetime", "make", "ms", "response_module", "to_datetime"]
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -66,3 +67,15 @@ def new_leader(broker: Broker, topic: str, partition: int) -> tuple[int, int, Sh
     if leader == broker.shard_id or address is None:
         return None
     return leader, broker.placement.leader_epoch(info, partition), address
+
+
+def allowed(broker: Broker, ctx: RequestContext, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+    """May the request's principal, from its host, do this (docs/security.md, "Authorization")? Always, while no
+    authorizer is configured."""
+    authorizer = broker.acls.authorizer
+    return authorizer is None or authorizer.allows(str(ctx.principal), ctx.client_host, operation, resource_type,
+                                                   name)
+
+
+def allowed_on_cluster(broker: Broker, ctx: RequestContext, operation: Operation) -> bool:
+    return allowed(broker, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)

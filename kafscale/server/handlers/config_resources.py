@@ -18,6 +18,9 @@ from kafscale.broker.interface import Broker
 from kafscale.cluster import topic_configs
 from kafscale.cluster.topics import TopicInfo
 from kafscale.protocol.codec import make
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import allowed, allowed_on_cluster
+from kafscale.server.router import RequestContext
 
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 2, 4, 8
 # ConfigSource (DescribeConfigsResponse)
@@ -162,14 +165,24 @@ async def alter_topic(broker: Broker, name: str, change: dict[str, str | None], 
         raise ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
 
 
-async def alter_each(resources: Any, validate_only: bool, alter: Callable[[Any, bool], Awaitable[None]],
-                     response_class: type[Any]) -> tuple[Any, ...]:
+def may(broker: Broker, ctx: RequestContext, operation: Operation, resource_type: int, name: str) -> None:
+    """Raises the authorization error Kafka answers for a config resource the principal may not touch."""
+    if resource_type == RESOURCE_TOPIC:
+        if not allowed(broker, ctx, operation, ResourceType.TOPIC, name):
+            raise ConfigProblem(ErrorCode.topic_authorization_failed, f"not authorized for topic {name!r}")
+    elif not allowed_on_cluster(broker, ctx, operation):
+        raise ConfigProblem(ErrorCode.cluster_authorization_failed, "not authorized for the cluster")
+
+
+async def alter_each(broker: Broker, ctx: RequestContext, resources: Any, validate_only: bool,
+                     alter: Callable[[Any, bool], Awaitable[None]], response_class: type[Any]) -> tuple[Any, ...]:
     """Apply `alter` to each topic resource of an (Incremental)AlterConfigs request; one response entry
     each, carrying the resource's own error (one bad resource does not fail the others, as in Kafka)."""
     responses = []
     for res in resources:
         code, message = ErrorCode.none, None
         try:
+            may(broker, ctx, Operation.ALTER_CONFIGS, int(res.resource_type), res.resource_name)
             _check_alterable(res)
             await alter(res, validate_only)
         except ConfigProblem as e:

@@ -14,7 +14,8 @@ from kio.schema.errors import ErrorCode
 from kafscale.broker.interface import Broker
 from kafscale.cluster.placement import spread
 from kafscale.cluster.topics import TopicInfo
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.handlers.create_topics import MAX_PARTITIONS
 from kafscale.server.router import RequestContext
 
@@ -65,6 +66,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         code, message = ErrorCode.none, None
         if names.count(topic.name) > 1:
             code, message = ErrorCode.invalid_request, "Duplicate topic in request."
+        elif not allowed(broker, ctx, Operation.ALTER, ResourceType.TOPIC, topic.name):
+            code, message = ErrorCode.topic_authorization_failed, None
         else:
             try:
                 await create(broker, topic, bool(req.validate_only))

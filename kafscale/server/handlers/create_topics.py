@@ -10,7 +10,8 @@ from kio.schema.errors import ErrorCode
 from kafscale.broker.interface import Broker
 from kafscale.cluster import topic_configs
 from kafscale.cluster.topics import TopicExistsError, topic_name_problem
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, allowed_on_cluster, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
@@ -47,9 +48,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
     results = []
     seen: set[str] = set()
+    on_cluster = allowed_on_cluster(broker, ctx, Operation.CREATE)
     for topic in req.topics:
         if topic.name in seen:
             code, message, info = ErrorCode.invalid_request, "topic listed twice", None
+        elif not (on_cluster or allowed(broker, ctx, Operation.CREATE, ResourceType.TOPIC, topic.name)):
+            code, message, info = ErrorCode.topic_authorization_failed, "not authorized to create this topic", None
         else:
             code, message, info = await create(broker, topic, bool(getattr(req, "validate_only", False)))
         seen.add(topic.name)

@@ -9,17 +9,26 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.broker.results import DeleteRecordsResult
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 21, 0, 2
 
 
+async def _denied() -> DeleteRecordsResult:
+    return DeleteRecordsResult(int(ErrorCode.topic_authorization_failed))
+
+
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
     jobs = [(t.name, int(p.partition_index), int(p.offset)) for t in req.topics for p in t.partitions]
-    answers = iter(await asyncio.gather(*(broker.delete_records(*job) for job in jobs)))
+    may = {t.name: allowed(broker, ctx, Operation.DELETE, ResourceType.TOPIC, t.name) for t in req.topics}
+    answers = iter(await asyncio.gather(*(broker.delete_records(*job) if may[job[0]] else _denied() for job in jobs)))
     topics = []
     for t in req.topics:
         parts = []

@@ -9,7 +9,8 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
 from kafscale.cluster.topics import TopicInfo
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 20, 0, 6
@@ -33,7 +34,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         wanted = [(name, None) for name in req.topic_names]
     results = []
     for name, topic_id in wanted:
-        code, info = await delete(broker, name, topic_id)
+        known = broker.topics.by_id.get(topic_id) if topic_id and not name else None
+        target = name or (known.name if known else None)
+        if target is not None and not allowed(broker, ctx, Operation.DELETE, ResourceType.TOPIC, target):
+            code, info = ErrorCode.topic_authorization_failed, None
+        else:
+            code, info = await delete(broker, name, topic_id)
         results.append(make(mod.DeletableTopicResult, name=info.name if info else name,
                             topic_id=info.id if info else (topic_id or _ZERO_UUID),
                             error_code=code, error_message=None))

@@ -7,7 +7,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation
+from kafscale.server.handlers.common import NO_THROTTLE, allowed_on_cluster, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 60, 0, 1
@@ -24,6 +25,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     error_code=ErrorCode.unsupported_endpoint_type,
                     error_message="only broker endpoints are served", endpoint_type=endpoint_type,
                     cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
+                    cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+    if not allowed_on_cluster(broker, ctx, Operation.DESCRIBE):
+        return make(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, error_message=None,
+                    endpoint_type=endpoint_type, cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
                     cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
     brokers = tuple(make(mod.DescribeClusterBroker, broker_id=s.id, host=host, port=port, rack=None)
                     for s in broker.placement.shards for host, port in (s.on(ctx.listener.name),))

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
+from kafscale.security.acl import Operation
 from kafscale.server.handlers import config_resources as cr
 from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
 from kafscale.server.router import RequestContext
@@ -33,6 +34,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     for res in req.resources:
         code, message, configs = ErrorCode.none, None, ()
         try:
+            cr.may(broker, ctx, Operation.DESCRIBE_CONFIGS, int(res.resource_type), res.resource_name)
             entries = await entries_for(broker, int(res.resource_type), res.resource_name)
         except cr.ConfigProblem as e:
             code, message, entries = e.code, e.message, []

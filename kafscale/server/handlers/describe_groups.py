@@ -12,22 +12,26 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
 from kafscale.groups.state import State
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 15, 0, 5
-# With no authorizer every group operation is allowed: READ (3), DELETE (6), DESCRIBE (8).
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+GROUP_OPERATIONS = (Operation.READ, Operation.DELETE, Operation.DESCRIBE)
 NOT_REQUESTED = -(2**31)
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
-    operations = GROUP_OPERATIONS if getattr(req, "include_authorized_operations", False) else NOT_REQUESTED
+    wanted = bool(getattr(req, "include_authorized_operations", False))
     groups = []
     for group_id in req.groups:
-        error, coordinator = await broker.groups.lookup(group_id)
         fields: dict[str, Any] = {"group_state": "", "protocol_type": "", "protocol_data": "", "members": ()}
+        if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append(make(mod.DescribedGroup, error_code=ErrorCode.group_authorization_failed,
+                               group_id=group_id, authorized_operations=NOT_REQUESTED, **fields))
+            continue
+        error, coordinator = await broker.groups.lookup(group_id)
         if error == ErrorCode.none:
             fields["group_state"] = State.DEAD.value
         if coordinator is not None:
@@ -43,5 +47,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     member_assignment=m.assignment if stable else b"") for m in g.members.values()),
             }
         groups.append(make(mod.DescribedGroup, error_code=error, group_id=group_id,
-                           authorized_operations=operations, **fields))
+                           authorized_operations=_operations(broker, ctx, group_id) if wanted else NOT_REQUESTED,
+                           **fields))
     return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _operations(broker: Broker, ctx: RequestContext, group_id: str) -> int:
+    """Kafka's authorized-operations bit set: bit n for AclOperation n the principal may do on the group."""
+    return sum(1 << op for op in GROUP_OPERATIONS if allowed(broker, ctx, op, ResourceType.GROUP, group_id))

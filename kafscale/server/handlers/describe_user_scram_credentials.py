@@ -10,7 +10,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation
+from kafscale.server.handlers.common import NO_THROTTLE, allowed_on_cluster, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 50, 0, 0
@@ -18,6 +19,14 @@ API_KEY, MIN_VERSION, MAX_VERSION = 50, 0, 0
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
+    if not allowed_on_cluster(broker, ctx, Operation.DESCRIBE):
+        # As Kafka answers: the error, and again for each user asked about.
+        denied = "Cluster authorization failed."
+        return make(mod.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, error_message=denied, results=tuple(
+                        make(mod.DescribeUserScramCredentialsResult, user=u.name,
+                             error_code=ErrorCode.cluster_authorization_failed, error_message=denied,
+                             credential_infos=()) for u in req.users or ()))
     stored = await broker.credentials.stored()
     names = [u.name for u in req.users] if req.users else sorted(stored)
     counts = Counter(names)

@@ -8,7 +8,8 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker, FetchItem
 from kafscale.broker.results import FetchResult
-from kafscale.server.handlers.common import NO_THROTTLE, make, ms, new_leader, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, ms, new_leader, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
@@ -19,6 +20,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     # (topic-id-or-name, partition, name or None) in request order
     wanted: list[tuple[Any, int, str | None]] = []
     parts: list[FetchItem] = []
+    denied: set[Any] = set()
     for topic in req.topics:
         if by_id:
             info = broker.topics.by_id.get(topic.topic_id)
@@ -27,9 +29,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         else:
             name = topic.topic
             ident = topic.topic
+        if name is not None and not allowed(broker, ctx, Operation.READ, ResourceType.TOPIC, name):
+            denied.add(ident)
         for p in topic.partitions:
             wanted.append((ident, int(p.partition), name))
-            if name is not None:
+            if name is not None and ident not in denied:
                 parts.append((name, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes)))
     results = iter(await broker.fetch(parts, ms(req.max_wait), int(req.min_bytes),
                                      int(getattr(req, "max_bytes", 0x7FFFFFFF))))
@@ -37,7 +41,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     grouped: dict[Any, list[Any]] = {}
     endpoints: dict[int, Any] = {}
     for ident, partition, name in wanted:
-        r = FetchResult(int(ErrorCode.unknown_topic_id)) if name is None else next(results)
+        if ident in denied:
+            r = FetchResult(int(ErrorCode.topic_authorization_failed))
+        else:
+            r = FetchResult(int(ErrorCode.unknown_topic_id)) if name is None else next(results)
         leader = {}
         if r.error == ErrorCode.not_leader_or_follower and name is not None and ctx.api_version >= 16:
             found = new_leader(broker, name, partition)  # KIP-951: the client goes there without a refresh

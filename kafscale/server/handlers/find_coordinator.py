@@ -7,7 +7,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 4
@@ -21,6 +22,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     def locate(key: str) -> tuple[ErrorCode, Any]:
         if key_type != KEY_TYPE_GROUP:
             return ErrorCode.invalid_request, None
+        if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
+            return ErrorCode.group_authorization_failed, None
         shard = broker.placement.address(broker.placement.coordinator_of(key))
         if shard is None:  # its shard is gone: the controller is moving the group's slot
             return ErrorCode.coordinator_not_available, None

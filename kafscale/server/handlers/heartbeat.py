@@ -7,15 +7,19 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 4
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    return make(response_module(ctx).HeartbeatResponse, throttle_time=NO_THROTTLE,
-                error_code=await _heartbeat(req, broker))
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, req.group_id):
+        error = ErrorCode.group_authorization_failed
+    else:
+        error = await _heartbeat(req, broker)
+    return make(response_module(ctx).HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)
 
 
 async def _heartbeat(req: Any, broker: Broker) -> ErrorCode:

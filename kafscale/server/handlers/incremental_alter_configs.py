@@ -50,6 +50,6 @@ async def alter(broker: Broker, res: Any, validate_only: bool) -> None:
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
-    responses = await cr.alter_each(req.resources, bool(req.validate_only), functools.partial(alter, broker),
-                                     mod.AlterConfigsResourceResponse)
+    responses = await cr.alter_each(broker, ctx, req.resources, bool(req.validate_only),
+                                    functools.partial(alter, broker), mod.AlterConfigsResourceResponse)
     return make(mod.IncrementalAlterConfigsResponse, throttle_time=NO_THROTTLE, responses=responses)

@@ -7,7 +7,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed_on_cluster, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 22, 0, 4
@@ -23,6 +24,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 
     if req.transactional_id is not None:
         return answer(ErrorCode.transactional_id_authorization_failed)
+    authorizer = broker.acls.authorizer
+    if authorizer is not None and not (
+            allowed_on_cluster(broker, ctx, Operation.IDEMPOTENT_WRITE)
+            or authorizer.allows_any(str(ctx.principal), ctx.client_host, Operation.WRITE, ResourceType.TOPIC)):
+        return answer(ErrorCode.cluster_authorization_failed)
     pid = int(getattr(req, "producer_id", -1))
     epoch = int(getattr(req, "producer_epoch", -1))
     if pid >= 0 and 0 <= epoch < MAX_EPOCH:

@@ -12,7 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
 from kafscale.groups.state import JoinResult
-from kafscale.server.handlers.common import NO_THROTTLE, make, ms, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, ms, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 7
@@ -34,6 +35,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 async def _join(ctx: RequestContext, req: Any, broker: Broker) -> JoinResult:
     if not req.group_id:
         return JoinResult(ErrorCode.invalid_group_id, req.member_id)
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, req.group_id):
+        return JoinResult(ErrorCode.group_authorization_failed, req.member_id)
     error, coordinator = await broker.groups.lookup(req.group_id, create=req.member_id == "")
     if error != ErrorCode.none:
         return JoinResult(error, req.member_id)

@@ -7,7 +7,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 4
@@ -19,7 +20,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         leaving: list[tuple[str, str | None]] = [(req.member_id, None)]
     else:
         leaving = [(m.member_id, m.group_instance_id) for m in req.members]
-    error, member_errors = await _leave(req.group_id, leaving, broker)
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, req.group_id):
+        error, member_errors = ErrorCode.group_authorization_failed, [ErrorCode.group_authorization_failed]
+    else:
+        error, member_errors = await _leave(req.group_id, leaving, broker)
     if ctx.api_version < 3:
         # One member: its outcome is the answer (Kafka's LeaveGroupResponse for old versions).
         return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE,

@@ -7,7 +7,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, allowed_on_cluster, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 4
@@ -19,9 +20,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.coordinator_not_available, groups=())
     states = {s.lower() for s in getattr(req, "states_filter", ())}
+    # DESCRIBE on the cluster lists every group; else only those the principal may describe (as Kafka does).
+    everything = allowed_on_cluster(broker, ctx, Operation.DESCRIBE)
     groups = tuple(
         make(mod.ListedGroup, group_id=c.group_id, protocol_type=c.group.protocol_type or "",
              group_state=c.group.state.value)
         for c in sorted(await broker.groups.all_groups(), key=lambda c: c.group_id)
-        if not states or c.group.state.value.lower() in states)
+        if (not states or c.group.state.value.lower() in states) and (
+            everything or allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, c.group_id)))
     return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)

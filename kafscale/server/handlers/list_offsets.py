@@ -8,15 +8,23 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.broker.results import OffsetResult
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 2, 1, 8
 
 
+async def _denied() -> OffsetResult:
+    return OffsetResult(int(ErrorCode.topic_authorization_failed))
+
+
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     jobs = [(t.name, int(p.partition_index), int(p.timestamp)) for t in req.topics for p in t.partitions]
-    results = iter(await asyncio.gather(*(broker.list_offset(t, p, ts) for t, p, ts in jobs)))
+    may = {t.name: allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, t.name) for t in req.topics}
+    results = iter(await asyncio.gather(*(broker.list_offset(t, p, ts) if may[t] else _denied()
+                                          for t, p, ts in jobs)))
     mod = response_module(ctx)
     topics = []
     for t in req.topics:

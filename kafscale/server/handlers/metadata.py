@@ -19,7 +19,8 @@ from kafscale.broker.interface import Broker
 from kafscale.cluster.topics import TopicExistsError, TopicInfo, topic_name_problem
 from kafscale.protocol.codec import encode_response, readdress_response
 from kafscale.protocol.produce_codec import EncodedResponse
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, allowed_on_cluster, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
@@ -31,7 +32,10 @@ _all_topics_frames: weakref.WeakKeyDictionary[Broker, dict[tuple[int, str], tupl
     weakref.WeakKeyDictionary())
 
 
-async def resolve(broker: Broker, name: str, auto_create: bool) -> tuple[ErrorCode, TopicInfo | None]:
+async def resolve(broker: Broker, ctx: RequestContext, name: str,
+                  auto_create: bool) -> tuple[ErrorCode, TopicInfo | None]:
+    if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, name):
+        return ErrorCode.topic_authorization_failed, None  # whether it exists or not, as Kafka answers
     info = await broker.topics.get(name)
     if info is not None:
         return ErrorCode.none, info
@@ -39,6 +43,9 @@ async def resolve(broker: Broker, name: str, auto_create: bool) -> tuple[ErrorCo
         return ErrorCode.invalid_topic_exception, None
     if not (auto_create and broker.config.auto_create_topics):
         return ErrorCode.unknown_topic_or_partition, None
+    if not (allowed_on_cluster(broker, ctx, Operation.CREATE)
+            or allowed(broker, ctx, Operation.CREATE, ResourceType.TOPIC, name)):
+        return ErrorCode.topic_authorization_failed, None
     with contextlib.suppress(TopicExistsError):
         await broker.topics.create(name, broker.config.default_partitions, broker.placement.accepting_ids())
     # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
@@ -74,7 +81,11 @@ def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, s
                 cluster_id=broker.cluster_id, controller_id=0, topics=tuple(topics))
 
 
-def answer_all_topics(broker: Broker, ctx: RequestContext) -> EncodedResponse:
+def answer_all_topics(broker: Broker, ctx: RequestContext) -> Any:
+    if broker.acls.authorizer is not None:  # each principal sees the topics it may describe: no shared frame
+        infos = sorted(broker.topics.topics.values(), key=lambda i: i.name)
+        return answer(broker, ctx, [(ErrorCode.none, i.name, i) for i in infos
+                                    if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, i.name)])
     v = ctx.api_version
     view = (broker.topics.generation, tuple(broker.placement.shards), broker.cluster_id)
     frames = _all_topics_frames.setdefault(broker, {})
@@ -96,9 +107,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         name = t.name
         if name is None and getattr(t, "topic_id", None) is not None:
             info = broker.topics.by_id.get(t.topic_id)
+            if info is not None and not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, info.name):
+                answers.append((ErrorCode.topic_authorization_failed, None, None))
+                continue
             answers.append((ErrorCode.none, info.name, info) if info
                            else (ErrorCode.unknown_topic_id, None, None))
             continue
-        code, info = await resolve(broker, name, auto)
+        code, info = await resolve(broker, ctx, name, auto)
         answers.append((code, name, info))
     return answer(broker, ctx, answers)

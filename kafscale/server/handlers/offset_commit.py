@@ -11,14 +11,15 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
 from kafscale.groups.offsets import MAX_METADATA_BYTES, OffsetEntry
-from kafscale.server.handlers.common import NO_THROTTLE, make, ms, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, ms, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 8, 2, 8
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    errors = await _commit(req, broker)
+    errors = await _commit(req, broker, ctx)
     mod = response_module(ctx)
     topics = tuple(
         make(mod.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
@@ -28,16 +29,22 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
 
 
-async def _commit(req: Any, broker: Broker) -> dict[tuple[str, int], ErrorCode]:
+async def _commit(req: Any, broker: Broker, ctx: RequestContext) -> dict[tuple[str, int], ErrorCode]:
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, req.group_id):
+        return {(t.name, p.partition_index): ErrorCode.group_authorization_failed for t in req.topics
+                for p in t.partitions}
     now_ms = int(time.time() * 1000)
     retention = ms(getattr(req, "retention_time", None), -1)  # v2-v4 only; -1: the broker's retention
     errors: dict[tuple[str, int], ErrorCode] = {}
     entries: list[tuple[str, int, OffsetEntry]] = []
     for t in req.topics:
         info = await broker.topics.get(t.name)
+        readable = allowed(broker, ctx, Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             metadata = p.committed_metadata or ""
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if not readable:
+                errors[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             elif len(metadata.encode()) > MAX_METADATA_BYTES:
                 errors[(t.name, p.partition_index)] = ErrorCode.offset_metadata_too_large

@@ -7,7 +7,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
@@ -15,7 +16,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
-    error, errors = await _delete(req, broker)
+    error, errors = await _delete(req, broker, ctx)
     if error != ErrorCode.none:
         return make(mod.OffsetDeleteResponse, error_code=error, throttle_time=NO_THROTTLE, topics=())
     topics = tuple(
@@ -26,7 +27,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return make(mod.OffsetDeleteResponse, error_code=error, throttle_time=NO_THROTTLE, topics=topics)
 
 
-async def _delete(req: Any, broker: Broker) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+async def _delete(req: Any, broker: Broker, ctx: RequestContext) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+    if not allowed(broker, ctx, Operation.DELETE, ResourceType.GROUP, req.group_id):
+        return ErrorCode.group_authorization_failed, {}
     error, coordinator = await broker.groups.lookup(req.group_id)
     if error != ErrorCode.none:
         return error, {}
@@ -36,8 +39,11 @@ async def _delete(req: Any, broker: Broker) -> tuple[ErrorCode, dict[tuple[str, 
     known = []
     for t in req.topics:
         info = await broker.topics.get(t.name)
+        readable = allowed(broker, ctx, Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if not readable:
+                errors[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 known.append((t.name, p.partition_index))

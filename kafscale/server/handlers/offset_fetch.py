@@ -9,7 +9,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 9, 1, 8
@@ -23,12 +24,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 8:
         groups = []
         for g in req.groups:
-            error, topics = await _fetch(broker, g.group_id, g.topics)
+            error, topics = await _fetch(broker, ctx, g.group_id, g.topics)
             groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
                                topics=_topics(mod, topics, "OffsetFetchResponseTopics",
                                               "OffsetFetchResponsePartitions")))
         return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
-    error, topics = await _fetch(broker, req.group_id, req.topics)
+    error, topics = await _fetch(broker, ctx, req.group_id, req.topics)
     if ctx.api_version < 2 and error != ErrorCode.none:
         # v1 has no group-level error: every requested partition carries it.
         topics = [(t.name, [(p, -1, -1, "", error) for p in t.partition_indexes]) for t in req.topics]
@@ -36,7 +37,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 topics=_topics(mod, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
 
 
-async def _fetch(broker: Broker, group_id: str, requested: Any) -> tuple[ErrorCode, Topics]:
+async def _fetch(broker: Broker, ctx: RequestContext, group_id: str, requested: Any) -> tuple[ErrorCode, Topics]:
+    if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, []
     answer = await broker.group_offsets(group_id)  # from the coordinator, wherever it moved
     if answer.error != ErrorCode.none:
         return ErrorCode(answer.error), []
@@ -45,12 +48,17 @@ async def _fetch(broker: Broker, group_id: str, requested: Any) -> tuple[ErrorCo
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(offsets):
             by_topic.setdefault(topic, []).append(partition)
-        wanted = list(by_topic.items())
+        # Only the topics the principal may describe (Kafka leaves the others out).
+        wanted = [(t, ps) for t, ps in by_topic.items() if allowed(broker, ctx, Operation.DESCRIBE,
+                                                                   ResourceType.TOPIC, t)]
     else:
         wanted = [(t.name, list(t.partition_indexes)) for t in requested]
     topics: Topics = []
     for topic, partitions in wanted:
         rows = []
+        if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
+            topics.append((topic, [(p, -1, -1, "", ErrorCode.topic_authorization_failed) for p in partitions]))
+            continue
         for p in partitions:
             entry = offsets.get((topic, p))
             if entry is None:

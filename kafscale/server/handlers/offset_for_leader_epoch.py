@@ -15,7 +15,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 23, 0, 4
@@ -31,10 +32,15 @@ async def end_of(broker: Broker, topic: str, partition: int, epoch: int) -> tupl
     return ErrorCode.none, epoch, latest.offset
 
 
+async def _denied() -> tuple[ErrorCode, int, int]:
+    return ErrorCode.topic_authorization_failed, UNDEFINED, UNDEFINED
+
+
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
     jobs = [(t.topic, int(p.partition), int(p.leader_epoch)) for t in req.topics for p in t.partitions]
-    answers = iter(await asyncio.gather(*(end_of(broker, *job) for job in jobs)))
+    may = {t.topic: allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, t.topic) for t in req.topics}
+    answers = iter(await asyncio.gather(*(end_of(broker, *job) if may[job[0]] else _denied() for job in jobs)))
     topics = []
     for t in req.topics:
         parts = []

@@ -24,7 +24,8 @@ from kafscale.protocol.produce_codec import (
     encode_produce_response,
     read_produce_request,
 )
-from kafscale.server.handlers.common import new_leader
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import allowed, new_leader
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = produce_codec.API_KEY, 0, 11
@@ -37,10 +38,14 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
     acks = req.acks
     jobs: list[ProduceItem] = []
     errors: dict[tuple[str, int], ProduceResult] = {}
+    authorizer = broker.acls.authorizer  # None: no authorizer, nothing to check on the hot path
     for topic in req.topic_data:
+        writable = authorizer is None or allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, topic.name)
         for part in topic.partition_data:
             key = (topic.name, part.index)
-            if ctx.api_version < FIRST_SERVED_VERSION:
+            if not writable:
+                errors[key] = ProduceResult(int(ErrorCode.topic_authorization_failed))
+            elif ctx.api_version < FIRST_SERVED_VERSION:
                 errors[key] = ProduceResult(int(ErrorCode.unsupported_version))
             elif acks not in (-1, 0, 1):
                 errors[key] = ProduceResult(int(ErrorCode.invalid_required_acks))

@@ -12,14 +12,16 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
 from kafscale.groups.state import SyncResult
-from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.security.acl import Operation, ResourceType
+from kafscale.server.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 14, 0, 5
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    result = await _sync(req, broker)
+    result = await _sync(req, broker) if allowed(broker, ctx, Operation.READ, ResourceType.GROUP, req.group_id) \
+        else SyncResult(ErrorCode.group_authorization_failed)
     return make(response_module(ctx).SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
                 protocol_type=result.protocol_type, protocol_name=result.protocol_name,
                 assignment=result.assignment)

@@ -35,6 +35,8 @@ what a client of Kafka would also have received) — each logged as a warning na
   handlers/api_versions.py);
 * a body that does not decode (truncated, garbage, inconsistent lengths): Kafka closes on the
   InvalidRequestException from RequestContext.parseRequest;
+* on a SASL listener, a request before authentication completed or after the session expired, and a failed
+  authentication once its answer is written (kafscale.server.sasl_gate);
 * end of stream from the client: handlers already started still run to completion (an acks=0
   produce that was received is not lost), their responses are attempted, then the connection
   closes;
@@ -60,7 +62,7 @@ from kafscale.protocol.framing import FrameAssembler
 from kafscale.protocol.header import parse_request_header
 from kafscale.protocol.produce_codec import EncodedResponse
 from kafscale.security.principal import ANONYMOUS
-from kafscale.security.sasl import AuthFailed
+from kafscale.server import sasl_gate
 from kafscale.server.handlers import api_versions
 from kafscale.server.router import RequestContext
 
@@ -75,7 +77,7 @@ _CLOSE_TIMEOUT = 5.0  # seconds to flush the last responses to a client before a
 # Responses coalesced into one write when pipelined requests finish together; small enough
 # that the first of them is not noticeably delayed by encoding the rest.
 _MAX_BATCH = 8
-_SASL_HANDSHAKE, _SASL_AUTHENTICATE = 17, 36
+_SASL_HANDSHAKE, _SASL_AUTHENTICATE = sasl_gate.SASL_HANDSHAKE, sasl_gate.SASL_AUTHENTICATE
 _RAW_TOKEN = -1  # a pending answer that is a bare SASL token (after a v0 SaslHandshake), framed by its length
 _SASL_KEYS = (_SASL_HANDSHAKE, _SASL_AUTHENTICATE, _RAW_TOKEN)
 
@@ -271,7 +273,7 @@ class Connection(asyncio.BufferedProtocol):
                 self, api_key, api_version, route.min_version, route.max_version,
             )
             return False
-        if self.sasl is not None and not self._sasl_admits(api_key, api_version):
+        if self.sasl is not None and not sasl_gate.admits(self.sasl, api_key, api_version, self):
             return False
         ctx = RequestContext(
             api_key, api_version, header.correlation_id, header.client_id,
@@ -286,46 +288,15 @@ class Connection(asyncio.BufferedProtocol):
         )
         return True
 
-    def _sasl_admits(self, api_key: int, api_version: int) -> bool:
-        """On a SASL listener: before authentication only ApiVersions and the SASL exchange; once the session
-        has expired (KIP-368), only a re-authentication."""
-        assert self.sasl is not None
-        if api_key in (api_versions.API_KEY, _SASL_HANDSHAKE, _SASL_AUTHENTICATE):
-            return True
-        if not self.sasl.authenticated:
-            log.warning("%s: API key %d v%d before SASL authentication completed; closing", self, api_key,
-                        api_version)
-            return False
-        if self.sasl.expired():
-            log.info("%s: SASL session of %s expired without re-authentication; closing", self,
-                     self.sasl.principal)
-            return False
-        return True
-
     def _accept_token(self, token: bytes) -> bool:
         """A bare SASL token after a v0 SaslHandshake: the exchange's next step, answered as a bare token."""
         assert self.sasl is not None
-        task = asyncio.get_running_loop().create_task(self._token_step(token))
+        step = sasl_gate.token_step(self.sasl, token, self.listener.auth_failures, self.host, self)
+        task = asyncio.get_running_loop().create_task(step)
         self._in_flight += 1
         self._in_flight_bytes += len(token)
         self._pending.put_nowait(_Pending(task, 0, _RAW_TOKEN, 0, 0, len(token)))
         return True
-
-    async def _token_step(self, token: bytes) -> bytes | None:
-        assert self.sasl is not None
-        mechanism = self.sasl.mechanism
-        try:
-            step = await self.sasl.authenticate(token)
-        except AuthFailed as e:
-            self.sasl.failed = True
-            delay = self.listener.auth_failures.failed(self.host)
-            log.warning("%s: SASL %s authentication failed (%s); closing in %.1f s", self, mechanism, e, delay)
-            await asyncio.sleep(delay)
-            return None  # KIP-43's framing has no error answer: the connection closes
-        if step.done:
-            self.sasl.raw_tokens = False
-            log.info("%s: authenticated as %s (SASL %s)", self, self.sasl.principal, mechanism)
-        return len(step.data).to_bytes(4, "big") + step.data
 
     # ---------------------------------------------------------------- writing
 

@@ -12,7 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
 from kafscale.security.acl import AclBinding, AclError, Operation, PatternType, Permission, ResourceType
-from kafscale.server.handlers.common import NO_THROTTLE, allowed_on_cluster, make, response_module
+from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.server.handlers.describe_acls import refusal
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 30, 0, 3
@@ -33,10 +34,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     results = []
     for creation in req.creations:
         code, message = ErrorCode.none, None
-        if broker.acls.authorizer is None:
-            code, message = ErrorCode.security_disabled, "No Authorizer is configured on the broker"
-        elif not allowed_on_cluster(broker, ctx, Operation.ALTER):
-            code = ErrorCode.cluster_authorization_failed
+        refused = refusal(broker, ctx, Operation.ALTER)
+        if refused is not None:
+            code, message = refused
         else:
             try:
                 binding = read_binding(creation)

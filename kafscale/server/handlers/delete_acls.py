@@ -11,8 +11,8 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
 from kafscale.security.acl import AclError, Operation
-from kafscale.server.handlers.common import NO_THROTTLE, allowed_on_cluster, make, response_module
-from kafscale.server.handlers.describe_acls import read_filter
+from kafscale.server.handlers.common import NO_THROTTLE, make, response_module
+from kafscale.server.handlers.describe_acls import read_filter, refusal
 from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 31, 0, 3
@@ -24,10 +24,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     results = []
     for f in req.filters:
         code, message, matching = ErrorCode.none, None, ()
-        if broker.acls.authorizer is None:
-            code, message = ErrorCode.security_disabled, "No Authorizer is configured on the broker"
-        elif not allowed_on_cluster(broker, ctx, Operation.ALTER):
-            code = ErrorCode.cluster_authorization_failed
+        refused = refusal(broker, ctx, Operation.ALTER)
+        if refused is not None:
+            code, message = refused
         else:
             try:
                 gone = await broker.acls.delete(read_filter(f))

@@ -26,6 +26,15 @@ def read_filter(f: Any) -> AclFilter:
         raise AclError(str(e)) from None
 
 
+def refusal(broker: Broker, ctx: RequestContext, operation: Operation) -> tuple[ErrorCode, str | None] | None:
+    """Why an ACL API is refused (no authorizer; the principal may not `operation` the cluster), or None."""
+    if broker.acls.authorizer is None:
+        return ErrorCode.security_disabled, "No Authorizer is configured on the broker"
+    if not allowed_on_cluster(broker, ctx, operation):
+        return ErrorCode.cluster_authorization_failed, f"Cluster authorization failed: {operation.name} on the cluster"
+    return None
+
+
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
 
@@ -33,10 +42,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         return make(mod.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=message,
                     resources=resources)
 
-    if broker.acls.authorizer is None:
-        return answer(ErrorCode.security_disabled, "No Authorizer is configured on the broker")
-    if not allowed_on_cluster(broker, ctx, Operation.DESCRIBE):
-        return answer(ErrorCode.cluster_authorization_failed, "Cluster authorization failed: DESCRIBE on the cluster")
+    refused = refusal(broker, ctx, Operation.DESCRIBE)
+    if refused is not None:
+        return answer(*refused)
     try:
         wanted = read_filter(req)
     except AclError as e:

@@ -62,6 +62,11 @@ class BrokerConfig:
         "help": "SASL mechanisms SASL listeners offer (OAUTHBEARER only with --sasl-oauthbearer-jwks)"})
     connections_max_reauth_ms: int = field(default=0, metadata={
         "help": "a SASL session lasts at most this long before the client must re-authenticate (0: forever)"})
+    request_read_timeout_ms: int = field(default=30_000, metadata={
+        "help": "a request must arrive whole within this long of its first byte, or the connection closes (0: no"
+                " limit)"})
+    max_connections_per_ip: int = field(default=0, metadata={
+        "help": "open connections one address may have to a shard, over all its listeners (0: no limit)"})
     authorizer: str = field(default="", metadata={
         "help": "'acl': check every request against ACLs (Create/Describe/DeleteAcls, `kafscale acl`); '': allow all"})
     super_users: str = field(default="", metadata={
@@ -216,6 +221,9 @@ class BrokerConfig:
         if unknown:
             raise ConfigError(f"sasl_enabled_mechanisms: unknown {', '.join(sorted(unknown))} (known: "
                               f"{', '.join(SASL_MECHANISMS)})")
+        if self.request_read_timeout_ms < 0 or self.max_connections_per_ip < 0:
+            raise ConfigError(f"request_read_timeout_ms and max_connections_per_ip: must be >= 0 (0: no limit), got "
+                              f"{self.request_read_timeout_ms} and {self.max_connections_per_ip}")
         if self.authorizer not in ("", "acl"):
             raise ConfigError(f"authorizer: expected 'acl' or '' (none), got {self.authorizer!r}")
         for principal in self.super_user_list():

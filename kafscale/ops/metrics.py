@@ -57,6 +57,8 @@ class ShardMetrics:
         r = self.registry
         self.request_seconds = Histogram("kafscale_request_duration_seconds", "Kafka requests by API: latency",
                                          ["api"], registry=r, buckets=LATENCY_BUCKETS)
+        self.connections_closed = Counter("kafscale_connections_closed", "Client connections the broker closed or "
+                                          "refused, by reason", ["reason"], registry=r)
         self.bytes_in = Counter("kafscale_bytes_in", "Record batch bytes produced", ["topic"], registry=r)
         self.records_in = Counter("kafscale_records_in", "Records produced", ["topic"], registry=r)
         self.bytes_out = Counter("kafscale_bytes_out", "Record batch bytes fetched", ["topic"], registry=r)
@@ -79,6 +81,11 @@ class ShardMetrics:
         self._s3: dict[str, tuple[Any, Any]] = {}
 
     # ---- hooks (hot path: keep them a lookup and an update)
+
+    def connection_closed(self, reason: str) -> None:
+        """The broker closed (or refused) a client connection: max_connections_per_ip, request_read_timeout,
+        sasl_authentication_failed."""
+        self.connections_closed.labels(reason).inc()
 
     def observe_request(self, api_key: int, seconds: float) -> None:
         self.requests += 1

@@ -26,6 +26,7 @@ from kafscale.ops.metrics import ShardMetrics, TimedMetadataStore
 from kafscale.security.sasl import OAUTHBEARER, SaslSettings
 from kafscale.security.tls import ServerTls, TlsSettings
 from kafscale.server.dispatch import build_router
+from kafscale.server.limits import ConnectionLimits
 from kafscale.server.listener import Listener
 from kafscale.storage.metadata_store import MetadataStore
 from kafscale.storage.object_store import ObjectStore
@@ -74,6 +75,7 @@ class ShardHost:
         # OAUTHBEARER is offered once it has something to check tokens against (not built yet).
         sasl = SaslSettings(tuple(m for m in config.sasl_mechanisms() if m != OAUTHBEARER),
                             config.connections_max_reauth_ms)
+        limits = ConnectionLimits(config.max_connections_per_ip)  # one count over all of this shard's listeners
         made = []
         for i, spec in enumerate(specs):
             if i == 0:
@@ -88,7 +90,9 @@ class ShardHost:
                                  max_in_flight_bytes=config.max_in_flight_bytes,
                                  idle_timeout_s=config.connections_max_idle_ms / 1000,
                                  tls=tls if spec.tls else None, sasl=sasl if spec.sasl else None,
-                                 credentials=self.core.credentials))
+                                 credentials=self.core.credentials, limits=limits,
+                                 request_read_timeout_s=config.request_read_timeout_ms / 1000,
+                                 on_closed=self.metrics.connection_closed))
         self._specs = specs
         self._node_ip = node_ip
         return made

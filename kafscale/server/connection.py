@@ -117,6 +117,8 @@ class Connection(asyncio.BufferedProtocol):
         self._last_active = asyncio.get_running_loop().time()
         self.principal = ANONYMOUS  # PLAINTEXT, or SSL without a client certificate; SASL sets its own
         self.sasl = listener.new_sasl_session()  # None unless the listener is SASL_PLAINTEXT or SASL_SSL
+        self._admitted = False  # counted against max_connections_per_ip
+        self._read_timer: asyncio.TimerHandle | None = None  # runs while a request has only partly arrived
 
     def __str__(self) -> str:
         who = f"{self.host}:{self.port}"
@@ -138,6 +140,14 @@ class Connection(asyncio.BufferedProtocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Responses are written whole; Nagle would only delay the last segment of each.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self.listener.limits.admit(self.host):
+            log.warning("%s: over max_connections_per_ip (%d from this address); closing", self,
+                        self.listener.limits.max_per_ip)
+            self.listener.on_closed("max_connections_per_ip")
+            self._reading = False
+            self.transport.abort()
+            return
+        self._admitted = True
         if self.listener.tls is not None and self.sasl is None:  # SSL: who the client certificate says
             self.principal = self.listener.tls.principal(transport.get_extra_info("ssl_object"))
         self.listener._connections.add(self)
@@ -150,6 +160,8 @@ class Connection(asyncio.BufferedProtocol):
         self._last_active = asyncio.get_running_loop().time()
         self._frames.buffer_updated(nbytes)
         self._take_frames()
+        if self.listener.request_read_timeout_s > 0:
+            self._time_partial_request()
 
     def eof_received(self) -> bool:
         if self._reading and self._frames.buffered:
@@ -162,6 +174,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        if self._admitted:
+            self._admitted = False
+            self.listener.limits.release(self.host)
+        if self._read_timer is not None:
+            self._read_timer.cancel()
         self._writable.set()  # wake a writer waiting for the buffer to drain; it will see _lost
         self._stop_reading()
         if not self._closed.done():
@@ -234,6 +251,24 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 self.transport.resume_reading()
 
+    def _time_partial_request(self) -> None:
+        """A timer runs while part of a request has arrived and reading goes on (paused reading holds whole
+        requests back, not the client's)."""
+        partial = self._reading and not self._read_paused and self._frames.buffered > 0
+        if partial and self._read_timer is None:
+            self._read_timer = asyncio.get_running_loop().call_later(self.listener.request_read_timeout_s,
+                                                                     self._read_timed_out)
+        elif not partial and self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _read_timed_out(self) -> None:
+        self._read_timer = None
+        log.warning("%s: a request did not arrive whole within %.0f ms (%d bytes of it received); closing", self,
+                    self.listener.request_read_timeout_s * 1000, self._frames.buffered)
+        self.listener.on_closed("request_read_timeout")
+        self._stop_reading()
+
     def _full(self) -> bool:
         return self._in_flight >= self._max_in_flight or (
             self._in_flight > 0 and self._in_flight_bytes >= self._max_in_flight_bytes)
@@ -291,7 +326,8 @@ class Connection(asyncio.BufferedProtocol):
     def _accept_token(self, token: bytes) -> bool:
         """A bare SASL token after a v0 SaslHandshake: the exchange's next step, answered as a bare token."""
         assert self.sasl is not None
-        step = sasl_gate.token_step(self.sasl, token, self.listener.auth_failures, self.host, self)
+        step = sasl_gate.token_step(self.sasl, token, self.listener.auth_failures, self.host, self,
+                                    self.listener.on_closed)
         task = asyncio.get_running_loop().create_task(step)
         self._in_flight += 1
         self._in_flight_bytes += len(token)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kafscale.protocol.framing import DEFAULT_MAX_FRAME_BYTES, BufferPool
 from kafscale.security.credentials import Credentials
@@ -13,6 +14,7 @@ from kafscale.security.sasl import SaslSession, SaslSettings
 from kafscale.security.throttle import FailureThrottle
 from kafscale.security.tls import ServerTls
 from kafscale.server.connection import Connection
+from kafscale.server.limits import ConnectionLimits
 from kafscale.server.router import Router
 
 __all__ = ["Listener"]
@@ -38,6 +40,9 @@ class Listener:
         tls: ServerTls | None = None,
         sasl: SaslSettings | None = None,
         credentials: Credentials | None = None,
+        limits: ConnectionLimits | None = None,
+        request_read_timeout_s: float = 0.0,
+        on_closed: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.router = router
         self.name = name  # Metadata answers with the shards' addresses on the listener a request came in on
@@ -47,6 +52,11 @@ class Listener:
             raise ValueError(f"listener {name}: SASL needs the credentials")
         self.credentials = credentials
         self.auth_failures = FailureThrottle()
+        self.limits = limits or ConnectionLimits()
+        # A request must arrive whole within this long of its first byte (0: no limit): a client that drips
+        # bytes cannot hold a connection, and its buffer, forever.
+        self.request_read_timeout_s = request_read_timeout_s
+        self.on_closed = on_closed  # why the broker closed a connection: metrics count it
         self.host = host
         self.port = port  # the bound port once start() returned (port 0 picks a free one)
         self.max_frame_bytes = max_frame_bytes

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kafscale.security.sasl import AuthFailed, SaslSession
 from kafscale.security.throttle import FailureThrottle
@@ -33,8 +34,8 @@ def admits(session: SaslSession, api_key: int, api_version: int, who: object) ->
     return True
 
 
-async def token_step(session: SaslSession, token: bytes, throttle: FailureThrottle, host: str,
-                     who: object) -> bytes | None:
+async def token_step(session: SaslSession, token: bytes, throttle: FailureThrottle, host: str, who: object,
+                     on_closed: Callable[[str], None]) -> bytes | None:
     """One bare token (after a v0 SaslHandshake): the framed answer, or None after a failure."""
     mechanism = session.mechanism
     try:
@@ -42,6 +43,7 @@ async def token_step(session: SaslSession, token: bytes, throttle: FailureThrott
     except AuthFailed as e:
         session.failed = True
         delay = throttle.failed(host)
+        on_closed("sasl_authentication_failed")
         log.warning("%s: SASL %s authentication failed (%s); closing in %.1f s", who, mechanism, e, delay)
         await asyncio.sleep(delay)
         return None  # KIP-43's framing has no error answer: the connection closes

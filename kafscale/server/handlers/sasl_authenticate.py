@@ -37,6 +37,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     except AuthFailed as e:
         session.failed = True
         delay = ctx.listener.auth_failures.failed(ctx.client_host)
+        ctx.listener.on_closed("sasl_authentication_failed")
         log.warning("%s:%d: SASL %s authentication failed (%s); answering in %.1f s, then closing",
                     ctx.client_host, ctx.client_port, mechanism, e, delay)
         await asyncio.sleep(delay)

@@ -30,6 +30,7 @@ from benchmarks.common import (
     run_worker,
 )
 from benchmarks.metadata_scale import metadata_scale
+from benchmarks.security import security
 
 GiB = 1024 * MiB
 
@@ -539,6 +540,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "metadata_scale": metadata_scale,
     "cluster": cluster,
     "autoscale": autoscale,
+    "security": security,
 }
 
 ALIASES = {"e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup", "catch_up": "catchup"}

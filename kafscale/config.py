@@ -60,6 +60,14 @@ class BrokerConfig:
         "help": "Kafka's RULE:pattern/replacement/[LU],...,DEFAULT from a certificate's subject to a user name"})
     sasl_enabled_mechanisms: str = field(default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER", metadata={
         "help": "SASL mechanisms SASL listeners offer (OAUTHBEARER only with --sasl-oauthbearer-jwks)"})
+    sasl_oauthbearer_jwks: str = field(default="", metadata={
+        "help": "OAUTHBEARER: the JWKS that signs tokens, a file (reloaded when it changes) or an https:// URL"})
+    sasl_oauthbearer_issuer: str = field(default="", metadata={"help": "OAUTHBEARER: the required `iss` claim"})
+    sasl_oauthbearer_audience: str = field(default="", metadata={"help": "OAUTHBEARER: an `aud` the token must have"})
+    sasl_oauthbearer_sub_claim_name: str = field(default="sub", metadata={
+        "help": "OAUTHBEARER: the claim that names the principal"})
+    sasl_oauthbearer_clock_skew_s: float = field(default=30.0, metadata={
+        "help": "OAUTHBEARER: leeway for the token's exp, nbf and iat"})
     connections_max_reauth_ms: int = field(default=0, metadata={
         "help": "a SASL session lasts at most this long before the client must re-authenticate (0: forever)"})
     request_read_timeout_ms: int = field(default=30_000, metadata={

@@ -23,6 +23,7 @@ from kafscale.ops.http import MetricsServer, ReadinessChecks, metrics_address
 from kafscale.ops.lag import LagSampler
 from kafscale.ops.load_meter import LoadCollector, LoadMeter
 from kafscale.ops.metrics import ShardMetrics, TimedMetadataStore
+from kafscale.security.oauthbearer import OAuthBearerExchange, OAuthSettings, TokenValidator
 from kafscale.security.sasl import OAUTHBEARER, SaslSettings
 from kafscale.security.tls import ServerTls, TlsSettings
 from kafscale.server.dispatch import build_router
@@ -72,9 +73,7 @@ class ShardHost:
         first_base = specs[0].port
         tls = ServerTls(TlsSettings(config.ssl_certfile, config.ssl_keyfile, config.ssl_cafile, config.ssl_client_auth,
                                     config.ssl_principal_mapping_rules)) if any(s.tls for s in specs) else None
-        # OAUTHBEARER is offered once it has something to check tokens against (not built yet).
-        sasl = SaslSettings(tuple(m for m in config.sasl_mechanisms() if m != OAUTHBEARER),
-                            config.connections_max_reauth_ms)
+        sasl = sasl_settings(config)
         limits = ConnectionLimits(config.max_connections_per_ip)  # one count over all of this shard's listeners
         made = []
         for i, spec in enumerate(specs):
@@ -159,3 +158,15 @@ class ShardHost:
         await self.core.stop()
         if self.renewals is not None:
             await asyncio.to_thread(self.renewals.close)
+
+
+def sasl_settings(config: BrokerConfig) -> SaslSettings:
+    """The SASL listeners' settings. OAUTHBEARER is offered only with a JWKS to check tokens against."""
+    mechanisms = config.sasl_mechanisms()
+    if not config.sasl_oauthbearer_jwks:
+        return SaslSettings(tuple(m for m in mechanisms if m != OAUTHBEARER), config.connections_max_reauth_ms)
+    validator = TokenValidator(OAuthSettings(config.sasl_oauthbearer_jwks, config.sasl_oauthbearer_issuer,
+                                             config.sasl_oauthbearer_audience, config.sasl_oauthbearer_sub_claim_name,
+                                             config.sasl_oauthbearer_clock_skew_s))
+    return SaslSettings(tuple(mechanisms), config.connections_max_reauth_ms,
+                        oauthbearer=lambda: OAuthBearerExchange(validator))

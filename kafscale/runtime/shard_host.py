@@ -115,8 +115,9 @@ class ShardHost:
         return tuple(out)
 
     def address(self) -> ShardAddress:
-        first = self.advertised_listeners()[0]
-        return ShardAddress(self.shard_id, first[1], first[2], self.advertised_listeners())
+        listeners = self.advertised_listeners()
+        _, host, port = listeners[0]
+        return ShardAddress(self.shard_id, host, port, listeners)
 
     async def start(self, node_id: str = "", node_ip: str = "") -> ShardAddress:
         await self.core.start()

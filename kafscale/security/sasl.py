@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 
 PLAIN = "PLAIN"
 OAUTHBEARER = "OAUTHBEARER"
-ALL_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
 
 
 class AuthFailed(Exception):

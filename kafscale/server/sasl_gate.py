@@ -34,6 +34,18 @@ def admits(session: SaslSession, api_key: int, api_version: int, who: object) ->
     return True
 
 
+async def refuse(session: SaslSession, error: AuthFailed, throttle: FailureThrottle, host: str, who: object,
+                 on_closed: Callable[[str], None]) -> None:
+    """A failed authentication: the connection closes after its answer, which waits out the throttle's delay
+    for this address; counted and logged (never what the client sent)."""
+    session.failed = True
+    delay = throttle.failed(host)
+    on_closed("sasl_authentication_failed")
+    log.warning("%s: SASL %s authentication failed (%s); answering in %.1f s, then closing", who, session.mechanism,
+                error, delay)
+    await asyncio.sleep(delay)
+
+
 async def token_step(session: SaslSession, token: bytes, throttle: FailureThrottle, host: str, who: object,
                      on_closed: Callable[[str], None]) -> bytes | None:
     """One bare token (after a v0 SaslHandshake): the framed answer, or None after a failure."""
@@ -41,11 +53,7 @@ async def token_step(session: SaslSession, token: bytes, throttle: FailureThrott
     try:
         step = await session.authenticate(token)
     except AuthFailed as e:
-        session.failed = True
-        delay = throttle.failed(host)
-        on_closed("sasl_authentication_failed")
-        log.warning("%s: SASL %s authentication failed (%s); closing in %.1f s", who, mechanism, e, delay)
-        await asyncio.sleep(delay)
+        await refuse(session, e, throttle, host, who, on_closed)
         return None  # KIP-43's framing has no error answer: the connection closes
     if step.done:
         session.raw_tokens = False

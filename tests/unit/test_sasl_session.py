@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +23,20 @@ from kafscale.storage.embedded_store import EmbeddedStore
 ALL = SaslSettings(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
 
 
-async def users(tmp_path: Path, **passwords: str) -> tuple[EmbeddedStore, Credentials]:
+@contextlib.asynccontextmanager
+async def users(tmp_path: Path, **passwords: str) -> AsyncIterator[tuple[EmbeddedStore, Credentials]]:
+    """A store holding these users' credentials, and a running mirror of them (stopped and closed after)."""
     meta = EmbeddedStore(tmp_path / "meta.db")
     for user, password in passwords.items():
         for m in Mechanism:
             await credentials.upsert(meta, user, ScramCredential.from_password(m, password))
     found = Credentials(meta)
     await found.start()
-    return meta, found
+    try:
+        yield meta, found
+    finally:
+        await found.stop()
+        await meta.close()
 
 
 async def scram_login(session: SaslSession, user: str, password: str, mechanism: Mechanism) -> bytes:
@@ -49,8 +57,7 @@ async def scram_login(session: SaslSession, user: str, password: str, mechanism:
 
 
 async def test_scram_and_plain_log_in_and_set_the_principal(tmp_path: Path) -> None:
-    meta, found = await users(tmp_path, alice="pw-a")
-    try:
+    async with users(tmp_path, alice="pw-a") as (_, found):
         for mechanism in Mechanism:
             session = SaslSession(ALL, found)
             assert (await scram_login(session, "alice", "pw-a", mechanism)).startswith(b"v=")
@@ -64,26 +71,18 @@ async def test_scram_and_plain_log_in_and_set_the_principal(tmp_path: Path) -> N
             with pytest.raises(AuthFailed, match="Authentication failed"):
                 await session.authenticate(bad)
             assert session.principal is None
-    finally:
-        await found.stop()
-        await meta.close()
 
 
 async def test_only_enabled_mechanisms_are_taken(tmp_path: Path) -> None:
-    meta, found = await users(tmp_path)
-    try:
+    async with users(tmp_path) as (_, found):
         session = SaslSession(SaslSettings(("SCRAM-SHA-512",)), found)
         assert not session.handshake("PLAIN") and not session.handshake("GSSAPI")
         assert session.handshake("SCRAM-SHA-512")
-    finally:
-        await found.stop()
-        await meta.close()
 
 
 async def test_a_session_lives_connections_max_reauth_ms_and_reauthentication_keeps_the_principal(
         tmp_path: Path) -> None:
-    meta, found = await users(tmp_path, alice="pw-a", bob="pw-b")
-    try:
+    async with users(tmp_path, alice="pw-a", bob="pw-b") as (_, found):
         session = SaslSession(SaslSettings(("SCRAM-SHA-256",), reauth_ms=60_000), found)
         await scram_login(session, "alice", "pw-a", Mechanism.SCRAM_SHA_256)
         assert session.expires_at is not None and not session.expired()
@@ -92,14 +91,10 @@ async def test_a_session_lives_connections_max_reauth_ms_and_reauthentication_ke
         assert session.principal == Principal("alice")
         with pytest.raises(AuthFailed, match="Re-authentication must keep the principal User:alice"):
             await scram_login(session, "bob", "pw-b", Mechanism.SCRAM_SHA_256)
-    finally:
-        await found.stop()
-        await meta.close()
 
 
 async def test_a_new_credential_reaches_the_mirror_through_the_stores_watch(tmp_path: Path) -> None:
-    meta, found = await users(tmp_path)
-    try:
+    async with users(tmp_path) as (meta, found):
         assert found.any_of("carol") is None
         await credentials.upsert(meta, "carol", ScramCredential.from_password(Mechanism.SCRAM_SHA_256, "pw"))
         for _ in range(100):
@@ -113,9 +108,6 @@ async def test_a_new_credential_reaches_the_mirror_through_the_stores_watch(tmp_
                 break
             await asyncio.sleep(0.01)
         assert found.any_of("carol") is None
-    finally:
-        await found.stop()
-        await meta.close()
 
 
 def test_failures_from_one_address_are_answered_ever_more_slowly_up_to_the_cap() -> None:

@@ -8,7 +8,6 @@ log names the address and the mechanism, never what the client sent.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 from typing import Any
@@ -17,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.interface import Broker
 from kafscale.security.sasl import AuthFailed
+from kafscale.server import sasl_gate
 from kafscale.server.handlers.common import make, response_module
 from kafscale.server.router import RequestContext
 
@@ -35,12 +35,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     try:
         step = await session.authenticate(bytes(req.auth_bytes))
     except AuthFailed as e:
-        session.failed = True
-        delay = ctx.listener.auth_failures.failed(ctx.client_host)
-        ctx.listener.on_closed("sasl_authentication_failed")
-        log.warning("%s:%d: SASL %s authentication failed (%s); answering in %.1f s, then closing",
-                    ctx.client_host, ctx.client_port, mechanism, e, delay)
-        await asyncio.sleep(delay)
+        await sasl_gate.refuse(session, e, ctx.listener.auth_failures, ctx.client_host,
+                               f"{ctx.client_host}:{ctx.client_port}", ctx.listener.on_closed)
         return _answer(ctx, cls, ErrorCode.sasl_authentication_failed, str(e))
     if step.done:
         log.info("%s:%d: authenticated as %s (SASL %s)", ctx.client_host, ctx.client_port, session.principal,

@@ -395,10 +395,18 @@ def stored_batches(cluster: Cluster, topic: str) -> list[BatchHeader]:
             offset = batches[-1].last_offset + 1
 
 
+SMALL_BATCH = 512
+
+
 def check_codec(cluster: Cluster, topic: str, codec: str, *, idempotent: bool = False) -> None:
     batches = stored_batches(cluster, topic)
     assert batches
-    assert {h.compression for h in batches} == {CODEC_IDS[codec]}, "stored batches do not carry the codec"
+    # librdkafka sends a batch uncompressed when compressing would not shrink it (a linger flush of a
+    # record or two): allowed for small batches, as long as nearly every record went compressed.
+    plain = [h for h in batches if h.compression != CODEC_IDS[codec]]
+    assert all(h.compression == 0 and h.size <= SMALL_BATCH for h in plain), "stored batches do not carry the codec"
+    records = sum(h.record_count for h in batches)
+    assert sum(h.record_count for h in plain) <= records // 50, "most records were stored uncompressed"
     if idempotent:
         assert all(h.producer_id >= 0 and h.base_sequence >= 0 for h in batches), "batches are not idempotent"
 

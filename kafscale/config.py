@@ -145,6 +145,10 @@ class BrokerConfig:
     ray_address: str = field(default="", metadata={"help": "join this Ray cluster (else start one)"})
     metrics_listen: str = field(default="127.0.0.1:9644", metadata={
         "help": "HOST:PORT of the first shard's /metrics /healthz /readyz (shard N: PORT+N; port 0: any; '' off)"})
+    metrics_tls: bool = field(default=False, metadata={
+        "help": "serve /metrics /healthz /readyz over HTTPS with ssl_certfile and ssl_keyfile (reloaded on change)"})
+    metrics_token_file: str = field(default="", metadata={
+        "help": "file holding a bearer token that /metrics and /readyz require (re-read when it changes)"})
     retention_check_interval_ms: int = field(default=60_000, metadata={"help": "how often retention runs"})
     group_initial_rebalance_delay_ms: int = field(default=0, metadata={
         "help": "wait this long for more members when a group starts (Kafka's default 3000; see docs/groups.md)"})
@@ -271,6 +275,10 @@ class BrokerConfig:
             _, _, port = self.metrics_listen.rpartition(":")
             if not port.isdigit():
                 raise ConfigError(f"metrics_listen: expected HOST:PORT or '' (off), got {self.metrics_listen!r}")
+        if self.metrics_tls and not self.ssl_certfile:
+            raise ConfigError("metrics_tls: the HTTPS endpoint needs ssl_certfile (and ssl_keyfile)")
+        if self.metrics_token_file and not os.path.isfile(self.metrics_token_file):
+            raise ConfigError(f"metrics_token_file: no such file {self.metrics_token_file!r}")
         if self.log_level.upper() not in _LOG_LEVELS:
             raise ConfigError(f"log_level: expected one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
         return self

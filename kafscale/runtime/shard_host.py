@@ -23,6 +23,7 @@ from kafscale.ops.http import MetricsServer, ReadinessChecks, metrics_address
 from kafscale.ops.lag import LagSampler
 from kafscale.ops.load_meter import LoadCollector, LoadMeter
 from kafscale.ops.metrics import ShardMetrics, TimedMetadataStore
+from kafscale.security.bearer import BearerToken
 from kafscale.security.oauthbearer import OAuthBearerExchange, OAuthSettings, TokenValidator
 from kafscale.security.sasl import OAUTHBEARER, SaslSettings
 from kafscale.security.tls import ServerTls, TlsSettings
@@ -137,8 +138,11 @@ class ShardHost:
         self._tasks += [loop.create_task(self.lag_sampler.run()), loop.create_task(self.load_meter.run())]
         metrics_at = metrics_address(self.config.metrics_listen, self.shard_id)
         if metrics_at is not None:
-            self.metrics_server = MetricsServer(self.shard_id, self.metrics.registry, self._readiness_checks,
-                                                *metrics_at)
+            c = self.config
+            self.metrics_server = MetricsServer(
+                self.shard_id, self.metrics.registry, self._readiness_checks, *metrics_at,
+                tls=ServerTls(TlsSettings(c.ssl_certfile, c.ssl_keyfile)) if c.metrics_tls else None,
+                token=BearerToken(c.metrics_token_file) if c.metrics_token_file else None)
             await self.metrics_server.start()
         return address
 

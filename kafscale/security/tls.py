@@ -8,6 +8,7 @@ open keep the certificate they were made with, as in Kafka's dynamic keystore up
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -20,6 +21,7 @@ from kafscale.security.principal import ANONYMOUS, Principal
 
 log = logging.getLogger(__name__)
 
+RELOAD_CHECK_S = 1.0  # how often certificate files are checked for changes
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
@@ -102,6 +104,12 @@ class ServerTls:
         self.reloads += 1
         log.info("TLS certificate reloaded from %s", ", ".join(self.settings.files()))
         return True
+
+    async def keep_current(self) -> None:
+        """Check the files every RELOAD_CHECK_S, for as long as the server runs (cancel to stop)."""
+        while True:
+            await asyncio.sleep(RELOAD_CHECK_S)
+            self.reload_if_changed()
 
     def principal(self, ssl_object: ssl.SSLObject | None) -> Principal:
         """The client certificate's subject through the mapping rules; ANONYMOUS without a certificate."""

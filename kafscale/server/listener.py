@@ -21,7 +21,6 @@ __all__ = ["Listener"]
 
 log = logging.getLogger(__name__)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a TLS connection and stalls is dropped after this
-TLS_RELOAD_CHECK_S = 1.0  # how often the certificate files are checked for changes
 
 
 class Listener:
@@ -102,13 +101,8 @@ class Listener:
         if self.idle_timeout_s > 0:
             self._sweeper = loop.create_task(self._close_idle())
         if self.tls is not None:
-            self._reloader = loop.create_task(self._reload_tls(self.tls))
+            self._reloader = loop.create_task(self.tls.keep_current())
         log.info("listening on %s:%d (%s)", self.host, self.port, self.name)
-
-    async def _reload_tls(self, tls: ServerTls) -> None:
-        while True:
-            await asyncio.sleep(TLS_RELOAD_CHECK_S)
-            tls.reload_if_changed()
 
     async def _close_idle(self) -> None:
         loop = asyncio.get_running_loop()

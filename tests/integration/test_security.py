@@ -20,6 +20,8 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ import trustme
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-from kafscale.config import BrokerConfig
+from kafscale.config import BrokerConfig, ConfigError
 from kafscale.protocol import FrameBuffer, decode_response, encode_request, make, request_class
 from kafscale.protocol.errors import ErrorCode
 from kafscale.security import credentials
@@ -627,3 +629,47 @@ def test_every_shard_of_kafscale_serve_serves_every_listener(
         finally:
             consumer.close()
         assert sorted(got) == sorted(f"v{i}".encode() for i in range(40))
+
+
+# ------------------------------------------------------------------------------------ the metrics endpoint
+
+
+def _https(url: str, cafile: Path, token: str | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=str(cafile))) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_the_metrics_endpoint_serves_https_and_asks_for_the_bearer_token(pki: Pki, tmp_path: Path) -> None:
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text("first-token\n")
+    config = BrokerConfig(ssl_certfile=str(pki.cert_file), ssl_keyfile=str(pki.key_file), metrics_tls=True,
+                          metrics_token_file=str(token_file), metrics_listen="127.0.0.1:0")
+    with InProcessBroker(config, meta=lambda: EmbeddedStore(tmp_path / "meta.db"),
+                         objects=lambda: LocalDirStore(tmp_path / "objects")) as broker:
+        server = broker.shard.metrics_server  # type: ignore[union-attr]
+        assert server is not None
+        base = f"https://127.0.0.1:{server.port}"
+        status, body = _https(f"{base}/metrics", pki.ca_file, "first-token")
+        assert status == 200 and "kafscale_" in body
+        assert _https(f"{base}/readyz", pki.ca_file, "first-token")[0] == 200
+        for path in ("/metrics", "/readyz"):
+            assert _https(f"{base}{path}", pki.ca_file)[0] == 401, f"{path} answered without a token"
+            assert _https(f"{base}{path}", pki.ca_file, "wrong-token")[0] == 401, f"{path} took a wrong token"
+        assert _https(f"{base}/healthz", pki.ca_file)[0] == 200, "liveness probes need no token"
+        with pytest.raises(OSError):  # plain HTTP on the HTTPS port gets no answer
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5).read()
+
+        token_file.write_text("second-token\n")  # rotated by rewriting the file, no restart
+        wait_for(lambda: _https(f"{base}/metrics", pki.ca_file, "second-token")[0] == 200)
+        assert _https(f"{base}/metrics", pki.ca_file, "first-token")[0] == 401
+
+
+def test_metrics_tls_without_a_certificate_is_refused_with_the_setting_named() -> None:
+    with pytest.raises(ConfigError, match="metrics_tls"):
+        BrokerConfig(metrics_tls=True).validate()
+    with pytest.raises(ConfigError, match="metrics_token_file"):
+        BrokerConfig(metrics_token_file="/nonexistent/token").validate()

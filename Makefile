@@ -4,6 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SYSSTAMP := $(VENV)/.system-deps
+KAFKAJS  := tests/clients/kafkajs
+JSSTAMP  := $(KAFKAJS)/node_modules/.installed
 
 .PHONY: run test test-unit bench lint install system-deps clean
 
@@ -13,9 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test,pipeline]"
 	touch $@
 
-# Debian packages the tests drive (kcat, Java for Spark); skipped when already present.
+# Debian packages the tests drive (kcat, Java for Spark, Node.js for kafkajs); skipped when already present.
 $(SYSSTAMP): scripts/install-system-deps.sh | $(STAMP)
 	scripts/install-system-deps.sh
+	touch $@
+
+# kafkajs for the security tests, at the version package-lock.json pins.
+$(JSSTAMP): $(KAFKAJS)/package.json $(KAFKAJS)/package-lock.json | $(SYSSTAMP)
+	npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error
 	touch $@
 
 install: $(STAMP)
@@ -25,7 +32,7 @@ system-deps: $(SYSSTAMP)
 run: $(STAMP)
 	$(BIN)/kafscale serve --listen 127.0.0.1:9092 --data-dir ./data
 
-test: $(STAMP) $(SYSSTAMP)
+test: $(STAMP) $(SYSSTAMP) $(JSSTAMP)
 	$(BIN)/ruff check kafscale tests benchmarks
 	scripts/pytest-with-backtrace.sh $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 

@@ -4,6 +4,9 @@ set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# Node.js and npm run kafkajs (tests/integration/test_security_clients.py)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 # `ip` makes the network namespaces that give test hosts their own addresses (tests/cluster/test_partition.py)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # `ray up` of deploy/ray-cluster.local.yaml (tests/cluster/test_ray_up.py): rsync for its file mounts, and sshd,

@@ -8,6 +8,7 @@ stats view. The Ray shard actor and the tests' in-process broker both run one of
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -72,8 +73,12 @@ class ShardHost:
         others at their PORT+k, k read off the first's port (any free port where a listener's PORT is 0)."""
         specs = config.listener_specs()
         first_base = specs[0].port
-        tls = ServerTls(TlsSettings(config.ssl_certfile, config.ssl_keyfile, config.ssl_cafile, config.ssl_client_auth,
-                                    config.ssl_principal_mapping_rules)) if any(s.tls for s in specs) else None
+        settings = TlsSettings(config.ssl_certfile, config.ssl_keyfile, config.ssl_cafile, config.ssl_client_auth,
+                               config.ssl_principal_mapping_rules)
+        # As in Kafka (KIP-684), ssl_client_auth is for SSL listeners; SASL_SSL ones authenticate by SASL.
+        tls = ServerTls(settings) if any(s.tls and not s.sasl for s in specs) else None
+        sasl_tls = ServerTls(dataclasses.replace(settings, client_auth="none")) if any(
+            s.tls and s.sasl for s in specs) else None
         sasl = sasl_settings(config)
         limits = ConnectionLimits(config.max_connections_per_ip)  # one count over all of this shard's listeners
         made = []
@@ -89,7 +94,8 @@ class ShardHost:
                                  max_in_flight=config.max_in_flight_requests,
                                  max_in_flight_bytes=config.max_in_flight_bytes,
                                  idle_timeout_s=config.connections_max_idle_ms / 1000,
-                                 tls=tls if spec.tls else None, sasl=sasl if spec.sasl else None,
+                                 tls=(sasl_tls if spec.sasl else tls) if spec.tls else None,
+                                 sasl=sasl if spec.sasl else None,
                                  credentials=self.core.credentials, limits=limits,
                                  request_read_timeout_s=config.request_read_timeout_ms / 1000,
                                  on_closed=self.metrics.connection_closed))

@@ -110,6 +110,7 @@ class ScramExchange:
         self.user: str | None = None
         self._credential: ScramCredential | None = None
         self._nonce = ""
+        self._client_nonce = ""
         self._client_first_bare = ""
         self._server_first = ""
         self._gs2_header = ""
@@ -143,7 +144,8 @@ class ScramExchange:
             credential = ScramCredential(self.mechanism, self.mechanism.hash(b"salt:" + self.user.encode()),
                                          MIN_ITERATIONS, secrets.token_bytes(64), secrets.token_bytes(64))
         self._credential = credential
-        self._nonce = attrs["r"] + self._make_nonce()
+        self._client_nonce = attrs["r"]
+        self._nonce = self._client_nonce + self._make_nonce()
         self._client_first_bare = bare
         self._server_first = f"r={self._nonce},s={_b64(credential.salt)},i={credential.iterations}"
         return self._server_first.encode()
@@ -155,7 +157,9 @@ class ScramExchange:
         if not sep:
             raise ScramError("malformed client-final message")
         attrs = _attributes(without_proof)
-        if attrs.get("r") != self._nonce:
+        # librdkafka before 2.6.1 sends its own nonce again in front of the combined one (librdkafka#4895).
+        # Kafka 3.8.1+ accepts that too; it still proves the client saw this exchange's server nonce.
+        if attrs.get("r") not in (self._nonce, self._client_nonce + self._nonce):
             raise ScramError("the nonce does not match")
         try:
             channel = base64.b64decode(attrs.get("c", ""), validate=True).decode()

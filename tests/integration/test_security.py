@@ -2,9 +2,10 @@
 
 One broker serves four listeners: PLAINTEXT, SSL (client certificates requested: mTLS), SASL_PLAINTEXT and
 SASL_SSL, with certificates made by a test CA (trustme) and users created through Kafka's own admin API
-(AlterUserScramCredentials) or the store. Each client produces and reads back over the protocols it supports;
-wrong passwords, requests before authentication, plaintext on a TLS port and garbage handshakes are refused while
-the broker and its other clients go on.
+(AlterUserScramCredentials) or the store. Sessions, failures and abuse are tested here against confluent-kafka
+and raw requests (every client over every protocol: test_security_clients.py). Wrong passwords, requests before
+authentication, plaintext on a TLS port and garbage handshakes are refused while the broker and its other
+clients go on.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ import asyncio
 import base64
 import io
 import json
-import shutil
 import socket
 import ssl
 import struct
-import subprocess
 import threading
 import time
 import urllib.error
@@ -42,20 +41,9 @@ from kafscale.security.scram import Mechanism, ScramCredential
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.local_store import LocalDirStore
 from kafscale.testing.inprocess import InProcessBroker
+from tests.integration.pki import ALICE_RULE, PASSWORD, USER, Pki, make_pki
 
-KCAT = "/usr/bin/kcat"
 LISTENERS = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
-USER, PASSWORD = "alice", "alice-secret"
-
-
-@dataclass
-class Pki:
-    ca: trustme.CA
-    ca_file: Path
-    cert_file: Path
-    key_file: Path
-    client_cert: Path  # CN=alice,OU=ServiceUsers,O=Acme: maps to User:alice
-    client_key: Path
 
 
 @dataclass
@@ -69,19 +57,7 @@ class Secure:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    d = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("alice@example.com", common_name="alice", organization_name="Acme",
-                           organization_unit_name="ServiceUsers")
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    server.cert_chain_pems[0].write_to_path(str(d / "server.pem"))
-    for pem in server.cert_chain_pems[1:]:
-        pem.write_to_path(str(d / "server.pem"), append=True)
-    server.private_key_pem.write_to_path(str(d / "server.key"))
-    client.cert_chain_pems[0].write_to_path(str(d / "client.pem"))
-    client.private_key_pem.write_to_path(str(d / "client.key"))
-    return Pki(ca, d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key")
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +65,7 @@ def secure(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secur
     d = tmp_path_factory.mktemp("secure-broker")
     config = BrokerConfig(listeners=LISTENERS, ssl_certfile=str(pki.cert_file), ssl_keyfile=str(pki.key_file),
                           ssl_cafile=str(pki.ca_file), ssl_client_auth="requested",
-                          ssl_principal_mapping_rules=r"RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L,DEFAULT",
+                          ssl_principal_mapping_rules=ALICE_RULE,
                           metrics_listen="", flush_interval_ms=20)
     broker = InProcessBroker(config, meta=lambda: EmbeddedStore(d / "meta.db"),
                              objects=lambda: LocalDirStore(d / "objects"))
@@ -203,74 +179,6 @@ def test_a_client_that_does_not_trust_the_broker_fails_to_connect(secure: Secure
 
 
 # ------------------------------------------------------------------------------------ SASL
-
-
-@pytest.mark.parametrize(("protocol", "mechanism"), [("SASL_SSL", "SCRAM-SHA-512"), ("SASL_SSL", "PLAIN"),
-                                                     ("SASL_PLAINTEXT", "SCRAM-SHA-256")])
-def test_confluent_over_sasl(secure: Secure, protocol: str, mechanism: str) -> None:
-    assert confluent_round_trip(secure.at(protocol), confluent_sasl(protocol, mechanism, secure.pki)) == expected()
-
-
-def test_kafka_python_over_sasl_plaintext_with_scram_sha_256(secure: Secure) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
-
-    settings = {"bootstrap_servers": secure.at("SASL_PLAINTEXT"), "security_protocol": "SASL_PLAINTEXT",
-                "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": USER, "sasl_plain_password": PASSWORD}
-    name = topic()
-    producer = KafkaProducer(acks="all", **settings)
-    for i in range(20):
-        producer.send(name, f"v{i}".encode())
-    producer.flush(30)
-    producer.close()
-    consumer = KafkaConsumer(name, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **settings)
-    got = [m.value for m in consumer]
-    consumer.close()
-    assert got == expected()
-
-
-def test_aiokafka_over_sasl_ssl_with_scram_sha_512(secure: Secure) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    from aiokafka.helpers import create_ssl_context
-
-    async def run() -> list[bytes]:
-        settings = {"bootstrap_servers": secure.at("SASL_SSL"), "security_protocol": "SASL_SSL",
-                    "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": USER,
-                    "sasl_plain_password": PASSWORD, "ssl_context": create_ssl_context(cafile=str(secure.pki.ca_file))}
-        name = topic()
-        producer = AIOKafkaProducer(acks="all", **settings)
-        await producer.start()
-        try:
-            for i in range(20):
-                await producer.send_and_wait(name, f"v{i}".encode())
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(name, auto_offset_reset="earliest", **settings)
-        await consumer.start()
-        got: list[bytes] = []
-        try:
-            while len(got) < 20:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
-                got += [m.value for messages in batch.values() for m in messages]
-        finally:
-            await consumer.stop()
-        return got
-
-    assert asyncio.run(run()) == expected()
-
-
-@pytest.mark.skipif(shutil.which(KCAT) is None, reason="kcat is installed by make test (install-system-deps.sh)")
-@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])
-def test_kcat_over_tls_and_sasl(secure: Secure, listener: str) -> None:
-    name = topic()
-    settings = ["-X", f"security.protocol={listener}", "-X", f"ssl.ca.location={secure.pki.ca_file}"]
-    if listener == "SASL_SSL":
-        settings += ["-X", "sasl.mechanisms=PLAIN", "-X", f"sasl.username={USER}", "-X", f"sasl.password={PASSWORD}"]
-    lines = "".join(f"v{i}\n" for i in range(20))
-    subprocess.run([KCAT, "-b", secure.at(listener), *settings, "-P", "-t", name], input=lines.encode(),
-                   check=True, timeout=60)
-    out = subprocess.run([KCAT, "-b", secure.at(listener), *settings, "-C", "-t", name, "-o", "beginning", "-e",
-                          "-c", "20"], capture_output=True, check=True, timeout=60).stdout
-    assert out.decode().split() == [f"v{i}" for i in range(20)]
 
 
 def test_a_wrong_password_is_refused_and_the_right_one_still_works(secure: Secure) -> None:

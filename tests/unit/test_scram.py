@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 
 import pytest
 
@@ -63,6 +65,31 @@ def test_malformed_or_mismatched_final_messages_are_refused(final: bytes) -> Non
     server.step(CLIENT_FIRST)
     with pytest.raises(ScramError):
         server.step(final)
+
+
+def _client_final(nonce: str, password: bytes = b"pencil") -> bytes:
+    """A client-final message for RFC 7677's exchange with the nonce given, its proof computed as a client does."""
+    without_proof = f"c=biws,r={nonce}"
+    auth_message = b",".join((CLIENT_FIRST[3:], SERVER_FIRST, without_proof.encode()))
+    salted = hashlib.pbkdf2_hmac("sha256", password, SALT, 4096)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    signature = hmac.digest(hashlib.sha256(client_key).digest(), auth_message, "sha256")
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def test_librdkafka_before_2_6_1_sending_its_nonce_twice_is_accepted_and_nothing_else_is() -> None:
+    combined = "rOprNGfwEbeRWgbNEkqO" + SERVER_NONCE
+    assert _client_final(combined) == CLIENT_FINAL  # the helper computes RFC 7677's proof
+    server = exchange()
+    server.step(CLIENT_FIRST)
+    assert server.step(_client_final("rOprNGfwEbeRWgbNEkqO" + combined)).startswith(b"v=")  # librdkafka#4895
+    assert server.done
+    for nonce in ("x" + combined, "rOprNGfwEbeRWgbNEkqO", combined + "x", "rOprNGfwEbeRWgbNEkqOrOprNGfwEbeRWgbNEkqO"):
+        server = exchange()
+        server.step(CLIENT_FIRST)
+        with pytest.raises(ScramError, match="nonce"):
+            server.step(_client_final(nonce))
 
 
 def test_user_names_are_unescaped_as_rfc_5802_says() -> None:

@@ -163,8 +163,16 @@ class AclFilter:
                 and (self.permission == Permission.ANY or b.permission == self.permission))
 
 
+DECISIONS_KEPT = 100_000  # remembered decisions per Authorizer; beyond it they are forgotten and made afresh
+
+
 class Authorizer:
-    """Decisions over one set of bindings (a new Authorizer per change of the set: it is an index of them)."""
+    """Decisions over one set of bindings (a new Authorizer per change of the set: it is an index of them).
+
+    Each decision is remembered, so the data path pays a dict lookup for a principal it has seen on a topic
+    before, whatever the number of bindings (a scan of 1,000 prefixed bindings costs ~0.2 ms a request). A
+    change of the bindings builds a new Authorizer, which starts with no remembered decisions.
+    """
 
     def __init__(self, bindings: Iterable[AclBinding], super_users: Iterable[str] = (),
                  allow_if_no_acl: bool = False) -> None:
@@ -177,6 +185,7 @@ class Authorizer:
                 self._literal.setdefault((b.resource_type, b.name), []).append(b)
             else:
                 self._prefixed.setdefault(b.resource_type, []).append(b)
+        self._decisions: dict[tuple[str, str, Operation, ResourceType, str], bool] = {}
 
     def applicable(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
         found = [*self._literal.get((resource_type, name), ()), *self._literal.get((resource_type, WILDCARD), ())]
@@ -186,6 +195,15 @@ class Authorizer:
     def allows(self, principal: str, host: str, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         if principal in self.super_users:
             return True
+        asked = (principal, host, operation, resource_type, name)
+        decision = self._decisions.get(asked)
+        if decision is None:
+            if len(self._decisions) >= DECISIONS_KEPT:
+                self._decisions.clear()
+            decision = self._decisions[asked] = self._decide(principal, host, operation, resource_type, name)
+        return decision
+
+    def _decide(self, principal: str, host: str, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         acls = self.applicable(resource_type, name)
         if not acls:
             return self.allow_if_no_acl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kafscale.security import acl as acl_module
 from kafscale.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -55,6 +56,17 @@ def test_all_allows_and_denies_everything() -> None:
     assert Authorizer([acl(T, "t", Operation.ALL)]).allows("User:alice", "h", Operation.DELETE, T, "t")
     assert not Authorizer([acl(T, "t", Operation.ALL), acl(T, "t", Operation.ALL, DENY)]).allows(
         "User:alice", "h", Operation.READ, T, "t")
+
+
+def test_remembered_decisions_stay_right_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(acl_module, "DECISIONS_KEPT", 3)
+    auth = Authorizer([acl(T, "logs-", Operation.WRITE, pattern=PRE), acl(T, "logs-secret", Operation.WRITE, DENY)])
+    for _ in range(2):  # the second round answers from what the first remembered, or made afresh past the bound
+        for name, want in [("logs-a", True), ("logs-secret", False), ("other", False), ("logs-b", True),
+                           ("logs-secret", False)]:
+            assert auth.allows("User:alice", "h", Operation.WRITE, T, name) is want, name
+            assert len(auth._decisions) <= 3
+    assert not auth.allows("User:bob", "h", Operation.WRITE, T, "logs-a")  # remembered per principal
 
 
 def test_super_users_and_resources_without_acls() -> None:

@@ -178,6 +178,10 @@ def test_produce_and_consume_need_write_read_and_the_group(broker: InProcessBrok
     bob, alice = admin_of(broker, "bob"), admin_of(broker, "alice")
     assert topic not in bob.list_topics(timeout=10).topics
     assert topic in alice.list_topics(timeout=10).topics
+    # Each principal's list of every topic is kept until the ACLs change: a grant shows bob the topic.
+    grant(broker, allow(ResourceType.TOPIC, topic, AclOperation.DESCRIBE, user="bob"))
+    wait_for(lambda: topic in bob.list_topics(timeout=10).topics, 3)
+    assert topic in alice.list_topics(timeout=10).topics
 
 
 def test_a_deny_overrides_an_allow(broker: InProcessBroker) -> None:

@@ -27,9 +27,13 @@ API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-# Per broker: (version, listener name) -> (the view it shows, the frame). Weak, so a stopped broker's frames go with it.
-_all_topics_frames: weakref.WeakKeyDictionary[Broker, dict[tuple[int, str], tuple[tuple[Any, ...], bytes]]] = (
+# Per broker: (version, listener name, viewer) -> (the view it shows, the frame). The viewer is the principal and
+# its host under an authorizer (each sees the topics it may describe), else None. Weak, so a stopped broker's
+# frames go with it; at most FRAMES_KEPT per broker, as principals come and go.
+_FrameKey = tuple[int, str, tuple[str, str] | None]
+_all_topics_frames: weakref.WeakKeyDictionary[Broker, dict[_FrameKey, tuple[tuple[Any, ...], bytes]]] = (
     weakref.WeakKeyDictionary())
+FRAMES_KEPT = 256
 
 
 async def resolve(broker: Broker, ctx: RequestContext, name: str,
@@ -82,20 +86,23 @@ def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, s
 
 
 def answer_all_topics(broker: Broker, ctx: RequestContext) -> Any:
-    if broker.acls.authorizer is not None:  # each principal sees the topics it may describe: no shared frame
-        infos = sorted(broker.topics.topics.values(), key=lambda i: i.name)
-        return answer(broker, ctx, [(ErrorCode.none, i.name, i) for i in infos
-                                    if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, i.name)])
-    v = ctx.api_version
-    view = (broker.topics.generation, tuple(broker.placement.shards), broker.cluster_id)
+    """Every topic the client may describe, from a frame kept until the topics, shards or ACLs change."""
+    authorizer = broker.acls.authorizer
+    viewer = (str(ctx.principal), ctx.client_host) if authorizer is not None else None
+    view = (broker.topics.generation, tuple(broker.placement.shards), broker.cluster_id, authorizer)
     frames = _all_topics_frames.setdefault(broker, {})
-    cached = frames.get((v, ctx.listener.name))
+    key = (ctx.api_version, ctx.listener.name, viewer)
+    cached = frames.get(key)
     if cached is not None and cached[0] == view:
-        return EncodedResponse(API_KEY, v, readdress_response(cached[1], ctx.correlation_id))
+        return EncodedResponse(API_KEY, ctx.api_version, readdress_response(cached[1], ctx.correlation_id))
     infos = sorted(broker.topics.topics.values(), key=lambda i: i.name)
+    if authorizer is not None:
+        infos = [i for i in infos if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, i.name)]
     frame = encode_response(ctx.correlation_id, answer(broker, ctx, [(ErrorCode.none, i.name, i) for i in infos]))
-    frames[(v, ctx.listener.name)] = (view, bytes(frame))
-    return EncodedResponse(API_KEY, v, frame)
+    if len(frames) >= FRAMES_KEPT:
+        frames.clear()
+    frames[key] = (view, bytes(frame))
+    return EncodedResponse(API_KEY, ctx.api_version, frame)
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:

@@ -93,6 +93,10 @@ class BrokerConfig:
     s3_create_bucket: bool = field(default=True, metadata={"help": "create the bucket if missing"})
     etcd_endpoints: str = field(default="", metadata={"help": "comma-separated; empty = embedded"})
     etcd_prefix: str = field(default="/kafscale/", metadata={"help": "key prefix in etcd"})
+    metadata_compaction_interval_s: float = field(default=300.0, metadata={
+        "help": "how often the metadata store's revision history is compacted (0: never; see docs/operations.md)"})
+    metadata_history_s: float = field(default=600.0, metadata={
+        "help": "revision history kept at least this long, for watches to resume"})
     shards_per_node: int = field(default=0, metadata={
         "help": "broker shards on every Ray node (0 = the node's CPU count, at least 1); --shards is an alias"})
     shared_data_dir: bool = field(default=False, metadata={
@@ -275,6 +279,8 @@ class BrokerConfig:
             _, _, port = self.metrics_listen.rpartition(":")
             if not port.isdigit():
                 raise ConfigError(f"metrics_listen: expected HOST:PORT or '' (off), got {self.metrics_listen!r}")
+        if self.metadata_compaction_interval_s < 0 or self.metadata_history_s < 0:
+            raise ConfigError("metadata_compaction_interval_s and metadata_history_s must not be negative")
         if self.metrics_tls and not self.ssl_certfile:
             raise ConfigError("metrics_tls: the HTTPS endpoint needs ssl_certfile (and ssl_keyfile)")
         if self.metrics_token_file and not os.path.isfile(self.metrics_token_file):

@@ -84,6 +84,10 @@ def cluster_layout(args: argparse.Namespace) -> int:
                     lines.append("    partitions: " + " ".join(s["partitions"]))
                 if s["groups"]:
                     lines.append("    groups: " + " ".join(s["groups"]))
+        meta = d.get("metadata")
+        if meta:
+            lines.append(f"metadata store: revision {meta['revision']}, compacted to {meta['compacted_revision']},"
+                         f" {meta['db_bytes']:,} bytes on disk")
         return "\n".join(lines)
     emit(args, data, text)
     return 0

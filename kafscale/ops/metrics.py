@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from kafscale.broker.stats import ShardStats
 from kafscale.protocol.codec import request_class
 from kafscale.storage.batch import count_records
-from kafscale.storage.metadata_store import KeyValue, MetadataStore, Op, TxnResult, WatchEvent
+from kafscale.storage.metadata_store import KeyValue, MetadataStore, Op, StoreStatus, TxnResult, WatchEvent
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = tuple(float(1 << n) for n in range(10, 28, 2))  # 1 KiB .. 64 MiB
@@ -219,6 +219,12 @@ class TimedMetadataStore(MetadataStore):
 
     def watch(self, prefix: str, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
         return self.inner.watch(prefix, start_revision)
+
+    async def compact(self, revision: int) -> None:
+        await self.inner.compact(revision)
+
+    async def status(self) -> StoreStatus:
+        return await self.inner.status()
 
     async def compare_and_swap(self, key: str, expected_mod_revision: int, value: Any) -> bool:
         return await self._timed("txn", self.inner.compare_and_swap(key, expected_mod_revision, value))

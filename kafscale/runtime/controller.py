@@ -42,10 +42,12 @@ from kafscale.cluster.assign import Move, Node, heal, plan_shards
 from kafscale.cluster.layout import layout
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
+from kafscale.ops.metadata_gauges import metadata_gauges
 from kafscale.runtime import planned_moves
 from kafscale.runtime.scaler import Scaler
 from kafscale.runtime.shard_actor import open_metadata_store
 from kafscale.runtime.shard_actors import ShardActors
+from kafscale.storage.compaction import Compactor
 from kafscale.storage.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,7 @@ class Controller:
         self._moves = asyncio.Semaphore(self.config.moves_in_flight)
         self.scaler = Scaler(self.config, self.node_id) if self.config.autoscale else None
         self.capacity = 0  # shards the alive nodes fit, under --autoscale
+        self.compactor: Compactor | None = None
         # Started here, not by a call: after Ray restarts this actor, nobody would call start() again.
         self._loop = asyncio.get_event_loop().create_task(self._run())
 
@@ -97,6 +100,7 @@ class Controller:
                 await asyncio.sleep(RECONCILE_S)
         assert self.meta is not None
         watch = asyncio.get_running_loop().create_task(self._watch_leases(self.meta))
+        compaction = self._start_compaction(self.meta)
         try:
             while not self.stopping:
                 try:
@@ -109,6 +113,16 @@ class Controller:
                     await asyncio.wait_for(self._wake.wait(), RECONCILE_S)
         finally:
             watch.cancel()
+            if compaction is not None:
+                compaction.cancel()
+
+    def _start_compaction(self, meta: MetadataStore) -> asyncio.Task[None] | None:
+        """One compactor per cluster, here: the controller is the one loop every deployment has."""
+        if not self.config.metadata_compaction_interval_s:
+            return None
+        self.compactor = Compactor(meta, self.config.metadata_compaction_interval_s, self.config.metadata_history_s)
+        self.compactor.on_round = metadata_gauges()
+        return asyncio.get_running_loop().create_task(self.compactor.run())
 
     async def _open_store(self) -> MetadataStore:
         actor = None
@@ -318,8 +332,11 @@ class Controller:
 
     async def info(self) -> dict[str, Any]:
         """`kafscale cluster info`: the layout (kafscale.cluster.layout), and this controller."""
+        state = self.compactor.state if self.compactor is not None else None
         return {**await layout(await self._store()), "rounds": self.rounds,
-                "controller": {"node_id": self.node_id, "pid": os.getpid()}}
+                "controller": {"node_id": self.node_id, "pid": os.getpid()},
+                "metadata": {"revision": state.status.revision, "db_bytes": state.status.db_bytes,
+                             "compacted_revision": state.compacted_revision} if state is not None else None}
 
     async def status(self) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(h.status.remote() for h in self.actors.by_shard().values())))

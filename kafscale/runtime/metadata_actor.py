@@ -34,6 +34,7 @@ from kafscale.storage.metadata_store import (
     MetadataStore,
     MetadataStoreError,
     Op,
+    StoreStatus,
     TxnResult,
     WatchEvent,
 )
@@ -111,10 +112,10 @@ class MetadataStoreActor:
         await self._store.lease_revoke(lease_id)
 
     async def compact(self, revision: int) -> None:
-        compact = getattr(self._store, "compact", None)
-        if compact is None:
-            raise MetadataStoreError(f"{type(self._store).__name__} cannot compact")
-        await compact(revision)
+        await self._store.compact(revision)
+
+    async def status(self) -> StoreStatus:
+        return await self._store.status()
 
     async def wait_events(
         self, prefix: str, after_revision: int, timeout: float = _POLL_TIMEOUT, max_events: int = _MAX_EVENTS
@@ -263,6 +264,9 @@ class RemoteMetadataStore(MetadataStore):
 
     async def compact(self, revision: int) -> None:
         await self._call("compact", revision)
+
+    async def status(self) -> StoreStatus:
+        return await self._call("status")
 
     async def watch(self, prefix: str, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
         after = start_revision - 1 if start_revision > 0 else await self.revision()

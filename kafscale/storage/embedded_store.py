@@ -42,6 +42,7 @@ from kafscale.storage.metadata_store import (
     MetadataStoreError,
     Op,
     Put,
+    StoreStatus,
     TxnResult,
     WatchEvent,
 )
@@ -136,6 +137,8 @@ class EmbeddedStore(MetadataStore):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
         conn.execute("PRAGMA busy_timeout=5000")
+        # After a checkpoint the WAL is cut back to this; without it the file keeps its largest size for good.
+        conn.execute("PRAGMA journal_size_limit=67108864")
         return conn
 
     def _load_mirror(self, conn: sqlite3.Connection) -> None:
@@ -352,6 +355,14 @@ class EmbeddedStore(MetadataStore):
     async def revision(self) -> int:
         self._bind()
         return self._revision
+
+    async def status(self) -> StoreStatus:
+        self._bind()
+        size = 0
+        for f in (self.path, Path(f"{self.path}-wal")):
+            with contextlib.suppress(OSError):
+                size += f.stat().st_size
+        return StoreStatus(self._revision, size)
 
     # ------------------------------------------------------------------ writes
 

@@ -27,6 +27,7 @@ from etcd3aio._protobuf import RequestOp, WatchCreateRequest, WatchRequest, Watc
 from etcd3aio.connections import ConnectionManager
 from etcd3aio.kv import KVService
 from etcd3aio.lease import LeaseService
+from etcd3aio.maintenance import MaintenanceService
 
 from kafscale.storage.backoff import Backoff
 from kafscale.storage.metadata_store import (
@@ -39,6 +40,7 @@ from kafscale.storage.metadata_store import (
     MetadataStoreError,
     Op,
     Put,
+    StoreStatus,
     TxnResult,
     WatchEvent,
 )
@@ -234,7 +236,18 @@ class EtcdStore(MetadataStore):
     async def compact(self, revision: int) -> None:
         """Drop etcd's history before revision (cluster-wide: etcd has one history for all prefixes)."""
         kv, _ = self._connect()
-        await self._call("compact", kv.compact(revision, physical=True, timeout=self._timeout, max_attempts=1))
+        try:
+            await self._call("compact", kv.compact(revision, physical=True, timeout=self._timeout, max_attempts=1))
+        except MetadataStoreError as e:
+            if "required revision has been compacted" not in str(e):
+                raise  # someone (another controller, etcd's own auto-compaction) got there first: fine
+
+    async def status(self) -> StoreStatus:
+        self._connect()
+        assert self._channel is not None
+        answer = await self._call("status", MaintenanceService(self._channel).status(timeout=self._timeout,
+                                                                                    max_attempts=1))
+        return StoreStatus(int(answer.header.revision), int(answer.dbSize))
 
     # ------------------------------------------------------------------ leases
 

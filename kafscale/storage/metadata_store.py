@@ -25,6 +25,12 @@ class CompactedError(MetadataStoreError):
 
 
 @dataclass(frozen=True, slots=True)
+class StoreStatus:
+    revision: int
+    db_bytes: int  # the database on disk: etcd's dbSize (the leader's), or the SQLite file and its WAL
+
+
+@dataclass(frozen=True, slots=True)
 class KeyValue:
     key: str
     value: Any
@@ -131,6 +137,14 @@ class MetadataStore(abc.ABC):
         delivered, so no event is lost or repeated. Raises CompactedError if that history is gone.
         Stops when the consumer stops iterating (aclose) or the store is closed.
         """
+
+    async def compact(self, revision: int) -> None:
+        """Drop the history before revision: watches from earlier revisions get CompactedError. Compacting
+        to a revision already compacted is not an error."""
+        raise MetadataStoreError(f"{type(self).__name__} cannot compact")
+
+    async def status(self) -> StoreStatus:
+        return StoreStatus(await self.revision(), 0)
 
     async def compare_and_swap(self, key: str, expected_mod_revision: int, value: Any) -> bool:
         """Write value only if the key is unchanged since expected_mod_revision (0 = must not exist)."""

@@ -154,6 +154,10 @@ class BrokerConfig:
     metrics_token_file: str = field(default="", metadata={
         "help": "file holding a bearer token that /metrics and /readyz require (re-read when it changes)"})
     retention_check_interval_ms: int = field(default=60_000, metadata={"help": "how often retention runs"})
+    janitor_interval_s: float = field(default=600.0, metadata={
+        "help": "how often each shard deletes objects no commit refers to or ever will (0: never)"})
+    orphan_grace_s: float = field(default=3600.0, metadata={
+        "help": "such objects are deleted only this long after they were written"})
     group_initial_rebalance_delay_ms: int = field(default=0, metadata={
         "help": "wait this long for more members when a group starts (Kafka's default 3000; see docs/groups.md)"})
     group_min_session_timeout_ms: int = field(default=6_000, metadata={"help": "shortest consumer session allowed"})
@@ -279,6 +283,8 @@ class BrokerConfig:
             _, _, port = self.metrics_listen.rpartition(":")
             if not port.isdigit():
                 raise ConfigError(f"metrics_listen: expected HOST:PORT or '' (off), got {self.metrics_listen!r}")
+        if self.janitor_interval_s < 0 or self.orphan_grace_s < 0:
+            raise ConfigError("janitor_interval_s and orphan_grace_s must not be negative")
         if self.metadata_compaction_interval_s < 0 or self.metadata_history_s < 0:
             raise ConfigError("metadata_compaction_interval_s and metadata_history_s must not be negative")
         if self.metrics_tls and not self.ssl_certfile:

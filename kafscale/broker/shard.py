@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.broker import retention
+from kafscale.broker import janitor, retention
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.fetch import long_poll
 from kafscale.broker.handoff import HandOffs
@@ -123,6 +123,11 @@ class ShardCore:
                              loop.create_task(retention.run(lambda: self.owners.values(),
                                                             self.config.retention_check_interval_ms / 1000)),
                              loop.create_task(self._probe_while_unhealthy())]
+        if self.config.janitor_interval_s:
+            self._background.append(loop.create_task(janitor.run(
+                lambda: self.owners.values(), self.placement.leads_housekeeping, self.meta, self.objects,
+                self.config.s3_namespace, self.config.janitor_interval_s, self.config.orphan_grace_s,
+                lambda sweep: self.metrics.swept(sweep.deleted, sweep.in_grace))))
 
     async def quiesce(self) -> None:
         """The first half of stopping, before the listener closes: nothing new opens, and waiting JoinGroups get
@@ -358,12 +363,10 @@ class ShardCore:
     async def delete_topic(self, name: str) -> bool:
         if not await self.topics.delete(name):
             return False
-        prefix = f"{self.config.s3_namespace}/{name}/"
         try:
-            objects = await self.objects.list(prefix)
-            await self.objects.delete_many([o.key for o in objects])
-        except Exception as e:  # metadata is gone, so leftovers are never served; say so and move on
-            log.warning("topic %s deleted but removing its objects under %s failed: %s", name, prefix, e)
+            await janitor.delete_topic_objects(self.meta, self.objects, self.config.s3_namespace, name)
+        except Exception as e:  # metadata is gone, so leftovers are never served; the janitor finishes later
+            log.warning("topic %s deleted but removing its objects failed (the janitor will): %s", name, e)
         return True
 
     async def allocate_producer_id(self) -> int:

@@ -24,6 +24,9 @@ class BrokerMetrics(Protocol):
 
     def observe_s3(self, op: str, seconds: float, ok: bool) -> None: ...
 
+    def swept(self, deleted: int, in_grace: int) -> None:
+        """A janitor round: garbage objects deleted, and found but not yet old enough to delete."""
+
 
 class _NoPartition:
     def flushed(self, batch_bytes: int, records: int, segment_bytes: int, seconds: float) -> None:
@@ -40,6 +43,9 @@ class _NoMetrics:
         pass
 
     def observe_s3(self, op: str, seconds: float, ok: bool) -> None:
+        pass
+
+    def swept(self, deleted: int, in_grace: int) -> None:
         pass
 
 

@@ -1,6 +1,8 @@
 """The metadata store's key schema (relative to the store's prefix, e.g. /kafscale/ in etcd).
 
 cluster                                     {cluster_id, created_ms}
+deleted_topics/{name}                       {at_ms}   a deleted topic whose objects may still be in the object store
+                                             (broker/janitor.py removes them, then this key)
 topics/{name}                               {id, partitions, configs, created_ms, placement: [shard, ...],
                                              leader_epochs: [epoch, ...]}   partition p is led by placement[p]
 cluster/brokers/{id}                        {id, host, port, node_id, node_ip, pid, started_ms, listeners:
@@ -33,6 +35,7 @@ from urllib.parse import quote
 CLUSTER = "cluster"
 PRODUCER_ID_NEXT = "producer_ids/next"
 TOPICS = "topics/"
+DELETED_TOPICS = "deleted_topics/"
 GROUPS = "groups/"
 CLUSTER_PREFIX = "cluster/"
 BROKERS = "cluster/brokers/"
@@ -54,6 +57,10 @@ def shard(shard_id: int) -> str:
 
 def topic(name: str) -> str:
     return f"topics/{name}"
+
+
+def deleted_topic(name: str) -> str:
+    return f"{DELETED_TOPICS}{name}"
 
 
 def partition_prefix(topic_name: str, partition: int | None = None) -> str:

@@ -98,5 +98,9 @@ class Placement:
         ids = self.shard_ids()
         return ids[slot % len(ids)]
 
+    def leads_housekeeping(self) -> bool:
+        """Cluster-wide chores (finishing topic deletions) fall to the live shard with the lowest id."""
+        return self.lone or min(self.shard_ids()) == self.shard_id
+
     def coordinates(self, group_id: str) -> bool:
         return self.lone or self.coordinator_of(group_id) == self.shard_id

@@ -157,7 +157,8 @@ class TopicRegistry:
     async def delete(self, name: str) -> bool:
         result = await self.meta.txn(
             [Compare(keys.topic(name), "version", ">", 0)],
-            [Delete(keys.topic(name)), Delete(keys.partition_prefix(name), prefix=True)],
+            [Delete(keys.topic(name)), Delete(keys.partition_prefix(name), prefix=True),
+             Put(keys.deleted_topic(name), {"at_ms": int(time.time() * 1000)})],
         )
         if result.succeeded:
             self._set(name, None)

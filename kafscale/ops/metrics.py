@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kafscale.broker.stats import ShardStats
@@ -74,6 +74,10 @@ class ShardMetrics:
                                       ["op"], registry=r, buckets=LATENCY_BUCKETS)
         self.meta_errors = Counter("kafscale_metadata_request_errors", "Metadata store calls that failed", ["op"],
                                    registry=r)
+        self.orphans_deleted = Counter("kafscale_orphan_objects_deleted", "Objects no commit refers to or ever "
+                                       "will, deleted by the janitor", registry=r)
+        self.orphans_in_grace = Gauge("kafscale_orphan_objects_in_grace", "Such objects found by the janitor's last "
+                                      "round but not yet past --orphan-grace-s", registry=r)
         self._requests: dict[int, Any] = {}
         self.requests = 0  # answered since start: the load meter's request rate
         self._topics: dict[str, PartitionMetrics] = {}
@@ -108,6 +112,10 @@ class ShardMetrics:
             pair = self._out[topic] = (self.bytes_out.labels(topic), self.records_out.labels(topic))
         pair[0].inc(len(data))
         pair[1].inc(count_records(data))
+
+    def swept(self, deleted: int, in_grace: int) -> None:
+        self.orphans_deleted.inc(deleted)
+        self.orphans_in_grace.set(in_grace)
 
     def observe_s3(self, op: str, seconds: float, ok: bool) -> None:
         pair = self._s3.get(op)

@@ -195,7 +195,7 @@ class LocalDirStore(ObjectStore):
             raise self._fail("head", key, exc) from exc
         if not is_regular(st.st_mode):
             return None
-        return ObjectInfo(key, st.st_size)
+        return ObjectInfo(key, st.st_size, st.st_mtime)
 
     def list(self, prefix: str, start_after: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
         if page_size < 1:
@@ -275,7 +275,7 @@ class LocalDirStore(ObjectStore):
                 except FileNotFoundError:
                     continue  # deleted since the scan
                 if is_regular(st.st_mode):
-                    out.append(ObjectInfo(key, st.st_size))
+                    out.append(ObjectInfo(key, st.st_size, st.st_mtime))
 
     # -- deletes ----------------------------------------------------------------------------------
 

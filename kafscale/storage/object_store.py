@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class ObjectStoreError(Exception):
@@ -27,6 +27,7 @@ class ObjectNotFoundError(ObjectStoreError):
 class ObjectInfo:
     key: str
     size: int
+    modified: float = field(default=0.0, compare=False)  # seconds since the epoch, by the store's clock
 
 
 class ObjectStore(abc.ABC):

@@ -312,7 +312,7 @@ class S3Store(ObjectStore):
     def head(self, key: str) -> ObjectInfo | None:
         def attempt() -> ObjectInfo | None:
             resp = self._client.head_object(Bucket=self.bucket, Key=key)
-            return ObjectInfo(key, int(resp["ContentLength"]))
+            return ObjectInfo(key, int(resp["ContentLength"]), _seconds(resp.get("LastModified")))
 
         def on_error(exc: ClientError, _ambiguous: bool) -> Any:
             # HEAD responses have no body, so a missing key is only a bare 404.
@@ -331,7 +331,7 @@ class S3Store(ObjectStore):
             page = self._call("list", what, lambda req=dict(request): self._client.list_objects_v2(**req))
             contents = page.get("Contents", [])
             for item in contents:
-                yield ObjectInfo(item["Key"], int(item["Size"]))
+                yield ObjectInfo(item["Key"], int(item["Size"]), _seconds(item.get("LastModified")))
             if not page.get("IsTruncated"):
                 return
             token = page.get("NextContinuationToken")
@@ -371,3 +371,8 @@ class S3Store(ObjectStore):
         self._client.close()
         if self._signed_client is not None:
             self._signed_client.close()
+
+
+def _seconds(when: Any) -> float:
+    """S3's LastModified (a datetime from botocore) as seconds since the epoch; 0.0 when absent."""
+    return when.timestamp() if when is not None else 0.0

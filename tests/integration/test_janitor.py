@@ -1,0 +1,207 @@
+"""The janitor (kafscale/broker/janitor.py) on a real broker: uncommitted leftovers below a partition's end go,
+nothing committed ever does (not even an upload whose commit is slow), and an interrupted topic deletion is
+finished without touching a topic of the same name made since."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafscale.broker import janitor
+from kafscale.broker.shard import ShardCore
+from kafscale.cluster import keys
+from kafscale.config import BrokerConfig
+from kafscale.storage import keys as object_keys
+from kafscale.storage.embedded_store import EmbeddedStore
+from kafscale.storage.local_store import LocalDirStore
+from kafscale.storage.metadata_store import Compare, KeyValue, MetadataStore, Op, Put, TxnResult, WatchEvent
+from kafscale.testing.inprocess import InProcessBroker
+
+pytestmark = pytest.mark.timeout(120)
+NS = "default"
+
+
+class SlowCommits(MetadataStore):
+    """The embedded store, with partition commits held `delay` seconds while armed: a commit cannot be made
+    slow on demand otherwise."""
+
+    def __init__(self, inner: MetadataStore) -> None:
+        self.inner, self.delay, self.held = inner, 0.0, 0
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        if self.delay and any(isinstance(op, Put) and op.key.endswith("/state") for op in success):
+            self.held += 1
+            await asyncio.sleep(self.delay)
+        return await self.inner.txn(compares, success, failure)
+
+    async def get(self, key: str) -> KeyValue | None:
+        return await self.inner.get(key)
+
+    async def range(self, prefix: str) -> list[KeyValue]:
+        return await self.inner.range(prefix)
+
+    async def put(self, key: str, value: Any, lease: int = 0) -> int:
+        return await self.inner.put(key, value, lease)
+
+    async def delete(self, key: str, prefix: bool = False) -> int:
+        return await self.inner.delete(key, prefix)
+
+    async def revision(self) -> int:
+        return await self.inner.revision()
+
+    async def lease_grant(self, ttl_seconds: float) -> int:
+        return await self.inner.lease_grant(ttl_seconds)
+
+    async def lease_keepalive(self, lease_id: int) -> bool:
+        return await self.inner.lease_keepalive(lease_id)
+
+    async def lease_revoke(self, lease_id: int) -> None:
+        await self.inner.lease_revoke(lease_id)
+
+    def watch(self, prefix: str, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
+        return self.inner.watch(prefix, start_revision)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Any:
+    meta = SlowCommits(EmbeddedStore(tmp_path / "meta.db"))
+    b = InProcessBroker(BrokerConfig(metrics_listen="", flush_interval_ms=10, janitor_interval_s=0),
+                        meta=lambda: meta, objects=lambda: LocalDirStore(tmp_path / "objects"))
+    with b:
+        b.slow = meta  # type: ignore[attr-defined]
+        b.objects = tmp_path / "objects"  # type: ignore[attr-defined]
+        yield b
+
+
+def core(b: InProcessBroker) -> ShardCore:
+    assert b.shard is not None
+    return b.shard.core
+
+
+def produce(b: InProcessBroker, topic: str, values: list[bytes], partitions: int = 1) -> None:
+    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 0})
+    for i, v in enumerate(values):
+        producer.produce(topic, value=v, partition=i % partitions)
+        producer.flush(10)  # one batch, one segment each
+    assert producer.flush(30) == 0
+
+
+def consume(b: InProcessBroker, topic: str, n: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"g-{time.monotonic()}"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            got += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
+    finally:
+        consumer.close()
+    return got
+
+
+def create(b: InProcessBroker, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})  # held until the answer is in
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(15)
+
+
+def stored(b: InProcessBroker, topic: str) -> set[str]:
+    root = b.objects  # type: ignore[attr-defined]
+    return {str(p.relative_to(root)) for p in (root / NS / topic).rglob("*") if p.is_file()}
+
+
+def test_uncommitted_leftovers_below_the_end_go_after_the_grace_and_nothing_committed_does(
+        broker: InProcessBroker) -> None:
+    create(broker, "t")
+    values = [f"v{i}".encode() for i in range(5)]
+    produce(broker, "t", values)
+    owner = core(broker).owners[("t", 0)]
+    assert owner.high_watermark == 5 and len(owner.segments) == 5
+    committed = stored(broker, "t")
+    objects = core(broker).objects
+    below = object_keys.segment_key(NS, "t", 0, 2, epoch=7)  # a dead owner's upload that never committed
+    above = object_keys.segment_key(NS, "t", 0, 9)  # at or past the end: a commit may still be on its way
+    foreign = f"{NS}/t/0/notes.txt"
+    for key in (below, above, foreign):
+        broker.run(objects.put(key, b"leftover"))
+
+    assert broker.run(janitor.sweep_partition(owner, grace_s=3600)) == janitor.Sweep(deleted=0, in_grace=1)
+    assert broker.run(janitor.sweep_partition(owner, grace_s=0)) == janitor.Sweep(deleted=1, in_grace=0)
+    assert stored(broker, "t") == committed | {above, foreign}
+    assert consume(broker, "t", 5) == values
+
+
+def test_an_upload_whose_commit_is_slow_is_never_deleted(broker: InProcessBroker) -> None:
+    create(broker, "slow")
+    produce(broker, "slow", [b"first"])
+    owner = core(broker).owners[("slow", 0)]
+    before = stored(broker, "slow")
+    broker.slow.delay = 3.0  # type: ignore[attr-defined]
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer.produce("slow", value=b"second")
+    producer.poll(0)
+    deadline = time.monotonic() + 10
+    while len(stored(broker, "slow")) == len(before):  # uploaded, its commit held back
+        assert time.monotonic() < deadline, "the second segment was never uploaded"
+        time.sleep(0.02)
+    assert broker.slow.held >= 1  # type: ignore[attr-defined]
+    assert owner.high_watermark == 1
+    assert broker.run(janitor.sweep_partition(owner, grace_s=0)).deleted == 0
+    broker.slow.delay = 0.0  # type: ignore[attr-defined]
+    assert producer.flush(30) == 0
+    assert consume(broker, "slow", 2) == [b"first", b"second"]
+
+
+def test_an_interrupted_topic_deletion_is_finished_and_a_topic_of_the_same_name_is_left_alone(
+        broker: InProcessBroker) -> None:
+    c = core(broker)
+    for name in ("gone", "again"):
+        create(broker, name)
+        produce(broker, name, [b"old-0", b"old-1", b"old-2"])
+        assert broker.run(c.topics.delete(name))  # the metadata only: as if cut short before the objects
+        assert stored(broker, name)
+    create(broker, "again")  # made again, under the same prefix
+    produce(broker, "again", [b"new-0"])
+    new_objects = {k for k in stored(broker, "again") if "-e" in k}
+    assert new_objects, "the new topic should have written its own keys beside the old ones"
+
+    left = stored(broker, "gone")
+    assert broker.run(janitor.sweep_deleted_topics(c.meta, c.objects, NS, grace_s=3600)).deleted == len(left)
+    assert stored(broker, "gone") == set()
+    assert broker.run(c.meta.get(keys.deleted_topic("gone"))) is not None  # kept until the grace has passed
+    assert broker.run(c.meta.get(keys.deleted_topic("again"))) is None  # recreated: its owners sweep
+    assert new_objects <= stored(broker, "again")
+    assert consume(broker, "again", 1) == [b"new-0"]
+
+    broker.run(janitor.sweep_deleted_topics(c.meta, c.objects, NS, grace_s=0))
+    assert broker.run(c.meta.get(keys.deleted_topic("gone"))) is None
+    # The old topic's objects below the new one's end (base 0, the plain key) are the new owner's to sweep.
+    owner = c.owners[("again", 0)]
+    assert broker.run(janitor.sweep_partition(owner, grace_s=0)).deleted == 2  # old segment 0 and its index
+    assert consume(broker, "again", 1) == [b"new-0"]
+
+
+def test_each_shard_sweeps_on_its_own_and_counts_what_it_deleted(tmp_path: Path) -> None:
+    config = BrokerConfig(metrics_listen="", flush_interval_ms=10, janitor_interval_s=0.2, orphan_grace_s=0)
+    with InProcessBroker(config, meta=lambda: EmbeddedStore(tmp_path / "meta.db"),
+                         objects=lambda: LocalDirStore(tmp_path / "objects")) as b:
+        b.objects = tmp_path / "objects"  # type: ignore[attr-defined]
+        create(b, "swept")
+        produce(b, "swept", [b"a", b"b"])
+        leftover = object_keys.segment_key(NS, "swept", 0, 1, epoch=3)
+        b.run(core(b).objects.put(leftover, b"leftover"))
+        assert b.shard is not None
+        deadline = time.monotonic() + 10
+        while leftover in stored(b, "swept") or b.shard.metrics.orphans_deleted._value.get() < 1:
+            assert time.monotonic() < deadline, "the janitor never swept, or did not count it"
+            time.sleep(0.05)
+        assert consume(b, "swept", 2) == [b"a", b"b"]

@@ -97,6 +97,9 @@ class BrokerConfig:
         "help": "how often the metadata store's revision history is compacted (0: never; see docs/operations.md)"})
     metadata_history_s: float = field(default=600.0, metadata={
         "help": "revision history kept at least this long, for watches to resume"})
+    metadata_snapshot_interval_s: float = field(default=3600.0, metadata={
+        "help": "how often a snapshot of the metadata goes to the object store (0: never; docs/operations.md)"})
+    metadata_snapshots_kept: int = field(default=24, metadata={"help": "the newest snapshots kept; older ones go"})
     shards_per_node: int = field(default=0, metadata={
         "help": "broker shards on every Ray node (0 = the node's CPU count, at least 1); --shards is an alias"})
     shared_data_dir: bool = field(default=False, metadata={
@@ -283,6 +286,8 @@ class BrokerConfig:
             _, _, port = self.metrics_listen.rpartition(":")
             if not port.isdigit():
                 raise ConfigError(f"metrics_listen: expected HOST:PORT or '' (off), got {self.metrics_listen!r}")
+        if self.metadata_snapshot_interval_s < 0 or self.metadata_snapshots_kept < 1:
+            raise ConfigError("metadata_snapshot_interval_s must not be negative, metadata_snapshots_kept at least 1")
         if self.janitor_interval_s < 0 or self.orphan_grace_s < 0:
             raise ConfigError("janitor_interval_s and orphan_grace_s must not be negative")
         if self.metadata_compaction_interval_s < 0 or self.metadata_history_s < 0:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.broker import janitor, retention
+from kafscale.broker import housekeeping, janitor, retention
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.fetch import long_poll
 from kafscale.broker.handoff import HandOffs
@@ -120,14 +120,8 @@ class ShardCore:
         await self.acls.start()  # before the listener: no request is answered without the ACLs in force
         loop = asyncio.get_running_loop()
         self._background += [loop.create_task(self.objects.warm_up()),
-                             loop.create_task(retention.run(lambda: self.owners.values(),
-                                                            self.config.retention_check_interval_ms / 1000)),
-                             loop.create_task(self._probe_while_unhealthy())]
-        if self.config.janitor_interval_s:
-            self._background.append(loop.create_task(janitor.run(
-                lambda: self.owners.values(), self.placement.leads_housekeeping, self.meta, self.objects,
-                self.config.s3_namespace, self.config.janitor_interval_s, self.config.orphan_grace_s,
-                lambda sweep: self.metrics.swept(sweep.deleted, sweep.in_grace))))
+                             loop.create_task(self._probe_while_unhealthy()),
+                             *(loop.create_task(chore) for chore in housekeeping.chores(self))]
 
     async def quiesce(self) -> None:
         """The first half of stopping, before the listener closes: nothing new opens, and waiting JoinGroups get

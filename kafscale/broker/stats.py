@@ -27,6 +27,9 @@ class BrokerMetrics(Protocol):
     def swept(self, deleted: int, in_grace: int) -> None:
         """A janitor round: garbage objects deleted, and found but not yet old enough to delete."""
 
+    def snapshot(self, created_ms: int | None) -> None:
+        """A scheduled metadata snapshot was taken at created_ms, or (None) failed."""
+
 
 class _NoPartition:
     def flushed(self, batch_bytes: int, records: int, segment_bytes: int, seconds: float) -> None:
@@ -46,6 +49,9 @@ class _NoMetrics:
         pass
 
     def swept(self, deleted: int, in_grace: int) -> None:
+        pass
+
+    def snapshot(self, created_ms: int | None) -> None:
         pass
 
 

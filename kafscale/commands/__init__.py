@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "kafscale.commands.group",
     "kafscale.commands.user",
     "kafscale.commands.acl",
+    "kafscale.commands.metadata",
     "kafscale.commands.pipeline",
     "kafscale.commands.sql",
     "kafscale.commands.bench",

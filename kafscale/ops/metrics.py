@@ -78,6 +78,10 @@ class ShardMetrics:
                                        "will, deleted by the janitor", registry=r)
         self.orphans_in_grace = Gauge("kafscale_orphan_objects_in_grace", "Such objects found by the janitor's last "
                                       "round but not yet past --orphan-grace-s", registry=r)
+        self.snapshot_time = Gauge("kafscale_metadata_snapshot_timestamp_seconds", "When this shard last wrote a "
+                                   "metadata snapshot (unix time; its age is time() minus this)", registry=r)
+        self.snapshot_failures = Counter("kafscale_metadata_snapshot_failures", "Scheduled metadata snapshots "
+                                         "that failed", registry=r)
         self._requests: dict[int, Any] = {}
         self.requests = 0  # answered since start: the load meter's request rate
         self._topics: dict[str, PartitionMetrics] = {}
@@ -112,6 +116,12 @@ class ShardMetrics:
             pair = self._out[topic] = (self.bytes_out.labels(topic), self.records_out.labels(topic))
         pair[0].inc(len(data))
         pair[1].inc(count_records(data))
+
+    def snapshot(self, created_ms: int | None) -> None:
+        if created_ms is None:
+            self.snapshot_failures.inc()
+        else:
+            self.snapshot_time.set(created_ms / 1000)
 
     def swept(self, deleted: int, in_grace: int) -> None:
         self.orphans_deleted.inc(deleted)

@@ -1,6 +1,7 @@
-"""The janitor (kafscale/broker/janitor.py) on a real broker: uncommitted leftovers below a partition's end go,
-nothing committed ever does (not even an upload whose commit is slow), and an interrupted topic deletion is
-finished without touching a topic of the same name made since."""
+"""A shard's housekeeping on a real broker. The janitor (kafscale/broker/janitor.py): uncommitted leftovers
+below a partition's end go, nothing committed ever does (not even an upload whose commit is slow), and an
+interrupted topic deletion is finished without touching a topic of the same name made since. Scheduled metadata
+snapshots (kafscale/broker/snapshot.py): taken, and only the newest kept."""
 
 from __future__ import annotations
 
@@ -205,3 +206,19 @@ def test_each_shard_sweeps_on_its_own_and_counts_what_it_deleted(tmp_path: Path)
             assert time.monotonic() < deadline, "the janitor never swept, or did not count it"
             time.sleep(0.05)
         assert consume(b, "swept", 2) == [b"a", b"b"]
+
+
+def test_scheduled_snapshots_are_taken_and_only_the_newest_kept(tmp_path: Path) -> None:
+    config = BrokerConfig(metrics_listen="", metadata_snapshot_interval_s=0.2, metadata_snapshots_kept=2)
+    with InProcessBroker(config, meta=lambda: EmbeddedStore(tmp_path / "meta.db"),
+                         objects=lambda: LocalDirStore(tmp_path / "objects")) as b:
+        create(b, "kept")
+        assert b.shard is not None
+        deadline = time.monotonic() + 10
+        while b.shard.metrics.snapshot_time._value.get() == 0:
+            assert time.monotonic() < deadline, "no scheduled snapshot"
+            time.sleep(0.05)
+        time.sleep(1.0)  # several more rounds
+        taken = sorted(p.name for p in (tmp_path / "objects" / NS / "@metadata").iterdir())
+        assert len(taken) == 2 and all(name.startswith("snapshot-") for name in taken)
+        assert time.time() - b.shard.metrics.snapshot_time._value.get() < 5

@@ -1,0 +1,243 @@
+"""Metadata backups in the object store, and the metadata store rebuilt from them (or from the segments alone).
+
+A snapshot is every key of the metadata store read at one revision (topics, configs, partition states and
+segment lists, groups and their offsets, producer ids, credentials, ACLs), except what only lives while its
+holder does (keys under a lease: shard registrations). It is stored, zstd-compressed msgpack, at
+`{namespace}/@metadata/snapshot-{unix ms}-r{revision}` ('@' is not allowed in topic names, so no topic's
+objects share the prefix).
+
+Restoring writes the newest snapshot into an empty store, then rolls each partition forward from the segments
+in the object store: what was committed after the snapshot is found by following the segments from the
+snapshot's end offset (the segment at that base, then at the next base, ...). Where a base has several objects
+(a dead owner's upload and its successor's `-e{epoch}` key), the highest epoch is the one a later owner wrote.
+Owner epochs are raised past every epoch seen in the keys, so new owners never reuse an object key, and
+offsets continue after the last segment found, so no offset is reused.
+
+Without a snapshot, `rebuild` does the same from the object store alone: topics and their partition counts from
+the keys (default configs), each partition from its lowest segment. Groups, their offsets, users and ACLs are
+not in the object store and are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cramjam
+import msgpack
+
+from kafscale.broker.producer_state import ProducerEntry, ProducerStates
+from kafscale.cluster import keys
+from kafscale.cluster.ids import FIRST_PRODUCER_ID
+from kafscale.cluster.placement import spread
+from kafscale.cluster.records import SegmentMeta
+from kafscale.cluster.topics import TopicInfo
+from kafscale.storage import keys as object_keys
+from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.metadata_store import MAX_TXN_OPS, MetadataStore, Op, Put
+from kafscale.storage.segment import SegmentReader
+
+log = logging.getLogger(__name__)
+FORMAT = 1
+ID_MARGIN = 10_000  # producer ids skipped after a restore (see _skip_ids)
+SHARD_ID_MARGIN = 100
+_EPHEMERAL = (keys.BROKERS,)  # registrations: written again by the shards that hold them
+
+
+class SnapshotError(Exception):
+    """A snapshot cannot be taken or restored; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    key: str
+    revision: int
+    created_ms: int
+    keys: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    snapshot: str  # the snapshot's object key ('' for a rebuild from the segments alone)
+    keys: int  # keys written from the snapshot
+    partitions: int  # partitions rolled forward
+    segments: int  # segments found beyond the snapshot's partition states
+
+
+def prefix(namespace: str) -> str:
+    return f"{namespace}/@metadata/"
+
+
+async def take(meta: MetadataStore, objects: AsyncObjectStore, namespace: str) -> Snapshot:
+    """Write a snapshot of the metadata store as it is now."""
+    kvs = await meta.range("")  # one consistent read (etcd: all pages at the first page's revision)
+    revision = max((kv.mod_revision for kv in kvs), default=0)
+    kept = [[kv.key, kv.value] for kv in kvs if not kv.lease and not kv.key.startswith(_EPHEMERAL)]
+    now = int(time.time() * 1000)
+    body = bytes(cramjam.zstd.compress(msgpack.packb({"format": FORMAT, "revision": revision, "created_ms": now,
+                                                      "keys": kept}, use_bin_type=True)))
+    key = f"{prefix(namespace)}snapshot-{now:015d}-r{revision}"
+    await objects.put(key, body)
+    log.info("metadata snapshot %s: %d keys at revision %d, %d bytes", key, len(kept), revision, len(body))
+    return Snapshot(key, revision, now, len(kept), len(body))
+
+
+async def prune(objects: AsyncObjectStore, namespace: str, keep: int) -> int:
+    """Delete all but the newest `keep` snapshots; returns how many went."""
+    found = sorted(o.key for o in await objects.list(f"{prefix(namespace)}snapshot-"))
+    old = found[:-keep] if keep > 0 else []
+    if old:
+        await objects.delete_many(old)
+    return len(old)
+
+
+async def run(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, interval_s: float, keep: int,
+              leads: Callable[[], bool], report: Callable[[Snapshot | None], None]) -> None:
+    """Scheduled snapshots, taken by the shard for which leads() is true (the live shard with the lowest id)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        if not leads():
+            continue
+        try:
+            taken = await take(meta, objects, namespace)
+            await prune(objects, namespace, keep)
+            report(taken)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the stores away: the next round tries again, and the metric shows the age
+            log.warning("scheduled metadata snapshot failed: %s", e)
+            report(None)
+
+
+async def newest(objects: AsyncObjectStore, namespace: str) -> str | None:
+    found = [o.key for o in await objects.list(f"{prefix(namespace)}snapshot-")]
+    return max(found) if found else None
+
+
+async def restore(meta: MetadataStore, objects: AsyncObjectStore, namespace: str) -> Restored:
+    """Rebuild an empty metadata store from the newest snapshot, rolled forward from the segments."""
+    await _check_empty(meta)
+    key = await newest(objects, namespace)
+    if key is None:
+        raise SnapshotError(f"no snapshot under {prefix(namespace)} (take one with `kafscale metadata snapshot`, "
+                            "or rebuild from the segments alone with `kafscale metadata rebuild`)")
+    snapshot = msgpack.unpackb(bytes(cramjam.zstd.decompress(await objects.get(key))), raw=False)
+    if snapshot.get("format") != FORMAT:
+        raise SnapshotError(f"{key}: snapshot format {snapshot.get('format')!r}, this broker reads {FORMAT}")
+    await _write(meta, [Put(k, v) for k, v in snapshot["keys"]])
+    values = dict(snapshot["keys"])
+    partitions = segments = 0
+    top_pid = -1
+    for name, value in sorted(values.items()):
+        if not name.startswith(keys.TOPICS):
+            continue
+        info = TopicInfo.from_value(name[len(keys.TOPICS):], value)
+        for p in range(info.partitions):
+            mine = keys.producers(info.name, p)
+            found, pid = await _roll_forward(meta, objects, namespace, info.name, p, values.get(keys.state(
+                info.name, p)), values.get(keys.owner(info.name, p)),
+                {k: v for k, v in values.items() if k.startswith(mine)})
+            segments, top_pid, partitions = segments + found, max(top_pid, pid), partitions + 1
+    await _skip_ids(meta, values, top_pid)
+    log.info("metadata restored from %s: %d keys, %d partitions rolled forward over %d newer segments", key,
+             len(values), partitions, segments)
+    return Restored(key, len(values), partitions, segments)
+
+
+async def rebuild(meta: MetadataStore, objects: AsyncObjectStore, namespace: str) -> Restored:
+    """Rebuild an empty metadata store from the segments alone (no snapshot): topics with default configs."""
+    await _check_empty(meta)
+    found: dict[str, set[int]] = defaultdict(set)
+    top_pid = -1
+    for o in await objects.list(f"{namespace}/"):
+        parsed = object_keys.parse_segment_key(o.key)
+        if parsed is not None and parsed.namespace == namespace:
+            found[parsed.topic].add(parsed.partition)
+    partitions = segments = 0
+    for name, present in sorted(found.items()):
+        count = max(present) + 1
+        info = TopicInfo(name, _new_id(), count, spread(name, count, [0]), {}, int(time.time() * 1000), [0] * count)
+        await meta.put(keys.topic(name), info.to_value())
+        for p in range(count):
+            rolled, pid = await _roll_forward(meta, objects, namespace, name, p, None, None)
+            segments, top_pid, partitions = segments + rolled, max(top_pid, pid), partitions + 1
+    await _skip_ids(meta, {}, top_pid)
+    log.info("metadata rebuilt from the segments: %d topics, %d partitions, %d segments", len(found), partitions,
+             segments)
+    return Restored("", 0, partitions, segments)
+
+
+async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, topic: str, partition: int,
+                        state: dict[str, Any] | None, owner: dict[str, Any] | None,
+                        known: dict[str, Any] | None = None) -> tuple[int, int]:
+    """Commit the segments found past the partition's state (known: its producers' keys and states in the
+    snapshot); returns how many, and the highest producer id in them (-1: none)."""
+    by_base: dict[int, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    top_epoch = 0
+    for o in await objects.list(object_keys.partition_prefix(namespace, topic, partition)):
+        parsed = object_keys.parse_segment_key(o.key)
+        if parsed is not None:
+            by_base[parsed.base_offset][parsed.epoch].add(parsed.kind)
+            top_epoch = max(top_epoch, parsed.epoch)
+    if state is None:  # a rebuild: the log starts at the lowest segment there is
+        start = min(by_base, default=0)
+        state = {"next_offset": start, "log_start_offset": start, "epoch": 0}
+    end, puts = int(state["next_offset"]), []
+    producers, touched = ProducerStates(), set()
+    producers.entries = {int(k.rsplit("/", 1)[1]): ProducerEntry.from_value(v) for k, v in (known or {}).items()}
+    while end in by_base:
+        epoch = max((e for e, kinds in by_base[end].items() if kinds == {"kfs", "index"}), default=None)
+        if epoch is None:
+            break  # an upload cut halfway (one of the two objects): nothing was acknowledged from it
+        key = object_keys.segment_key(namespace, topic, partition, end, epoch)
+        reader = SegmentReader(await objects.get(key), key=key)
+        for _, header in reader.batches():  # idempotent producers' sequences, as the commits recorded them
+            if header.producer_id >= 0:
+                producers.record(header, header.base_offset)
+                touched.add(header.producer_id)
+        puts.append(Put(keys.segment(topic, partition, end), SegmentMeta.from_info(reader.info, epoch).to_value()))
+        end = reader.info.last_offset + 1
+    found = len(puts)
+    puts += [Put(keys.producer(topic, partition, pid), producers.entries[pid].to_value()) for pid in sorted(touched)]
+    owner_epoch = max(int((owner or {}).get("epoch", 0)), top_epoch, int(state.get("epoch", 0)))
+    puts += [Put(keys.state(topic, partition), {**state, "next_offset": end, "epoch": owner_epoch}),
+             Put(keys.owner(topic, partition), {**(owner or {"shard": -1}), "epoch": owner_epoch})]
+    await _write(meta, puts)
+    if found:
+        log.info("%s-%d: rolled forward over %d segment(s) to offset %d", topic, partition, found, end)
+    return found, max(touched, default=-1)
+
+
+async def _skip_ids(meta: MetadataStore, values: dict[str, Any], top_pid: int) -> None:
+    """Producer ids and shard ids are never handed out twice: ids given out after the snapshot are past what it
+    recorded, so the counters move past the highest id seen in the segments and then by a margin more (ids
+    given to producers that wrote nothing yet, or shards made after the snapshot)."""
+    pid = max(int(values.get(keys.PRODUCER_ID_NEXT, FIRST_PRODUCER_ID)), top_pid + 1) + ID_MARGIN
+    puts = [Put(keys.PRODUCER_ID_NEXT, pid)]
+    if keys.NEXT_SHARD_ID in values:  # a cluster's: shards made after the snapshot had the ids just past it
+        puts.append(Put(keys.NEXT_SHARD_ID, int(values[keys.NEXT_SHARD_ID]) + SHARD_ID_MARGIN))
+    await meta.txn([], puts)
+
+
+async def _check_empty(meta: MetadataStore) -> None:
+    present = [kv.key for kv in await meta.range("") if not kv.key.startswith(_EPHEMERAL)]
+    if present:
+        raise SnapshotError(f"the metadata store is not empty ({len(present)} keys, e.g. {present[0]!r}): restoring "
+                            "needs an empty one (a new etcd prefix or cluster, or a new --data-dir)")
+
+
+async def _write(meta: MetadataStore, puts: Sequence[Op]) -> None:
+    for i in range(0, len(puts), MAX_TXN_OPS):
+        await meta.txn([], puts[i:i + MAX_TXN_OPS])
+
+
+def _new_id() -> Any:
+    import uuid
+
+    return uuid.uuid4()

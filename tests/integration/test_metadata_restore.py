@@ -1,0 +1,186 @@
+"""The restore drill (docs/operations.md, "Backups and restores") on etcd and SeaweedFS, through the CLI:
+produce, snapshot, produce more, wipe etcd, restore. Every acknowledged record is readable at its offset, the
+group's committed offsets are back, and new records continue at the right offsets. Then the same without a
+snapshot (`rebuild`), which loses only the group offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafscale.cli import main as cli
+from kafscale.config import BrokerConfig
+from kafscale.storage.etcd_store import EtcdStore
+from kafscale.testing.etcd_server import EtcdServer
+from kafscale.testing.inprocess import InProcessBroker
+from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.etcd]
+PARTITIONS = 3
+TOPIC = "drill"
+
+
+@dataclass
+class Stores:
+    etcd: EtcdServer
+    seaweed: SeaweedS3Server
+    prefix: str
+    bucket: str
+
+    def broker(self) -> InProcessBroker:
+        config = BrokerConfig(metrics_listen="", flush_interval_ms=20)
+        return InProcessBroker(config, meta=lambda: EtcdStore(self.etcd.endpoint, prefix=self.prefix),
+                               objects=lambda: self.seaweed.store(self.bucket, create_bucket=False))
+
+    def argv(self, command: str) -> list[str]:
+        return ["metadata", command, "--etcd-endpoints", self.etcd.endpoint, "--etcd-prefix", self.prefix,
+                "--s3-bucket", self.bucket, "--s3-endpoint", self.seaweed.endpoint_url,
+                "--s3-access-key", self.seaweed.access_key, "--s3-secret-key", self.seaweed.secret_key]
+
+    def cli(self, command: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+        capsys.readouterr()
+        code = cli([*self.argv(command), "--output", "json"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        return json.loads(out.out)
+
+    def cli_failing(self, command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+        capsys.readouterr()
+        code = cli(self.argv(command))
+        return code, capsys.readouterr().err
+
+    def wipe(self) -> None:
+        async def run() -> int:
+            store = EtcdStore(self.etcd.endpoint, prefix=self.prefix)
+            try:
+                return await store.delete("", prefix=True)
+            finally:
+                await store.close()
+
+        assert asyncio.run(run()) > 0
+
+
+@pytest.fixture
+def stores(etcd_server: EtcdServer, seaweed_server: SeaweedS3Server) -> Iterator[Stores]:
+    bucket = unique_bucket_name("drill")
+    seaweed_server.store(bucket).close()
+    yield Stores(etcd_server, seaweed_server, f"/drill-{uuid.uuid4().hex[:8]}/", bucket)
+    seaweed_server.delete_bucket(bucket)
+
+
+def produce(bootstrap: str, start: int, n: int) -> dict[tuple[int, int], bytes]:
+    acked: dict[tuple[int, int], bytes] = {}
+    failed: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            acked[(msg.partition(), msg.offset())] = msg.value()
+        else:
+            failed.append(err)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5})
+    for i in range(start, start + n):
+        producer.produce(TOPIC, value=f"r{i}".encode(), partition=i % PARTITIONS, on_delivery=delivered)
+        if i % 50 == 0:
+            producer.flush(30)  # several segments per partition
+    assert producer.flush(30) == 0 and not failed, failed
+    return acked
+
+
+def read_all(bootstrap: str, n: int) -> dict[tuple[int, int], bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}"})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    got: dict[tuple[int, int], bytes] = {}
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            for m in consumer.consume(500, 0.5):
+                if m.error() is None:
+                    got[(m.partition(), m.offset())] = m.value()
+    finally:
+        consumer.close()
+    return got
+
+
+def committed(bootstrap: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "app"})
+    try:
+        return [tp.offset for tp in consumer.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], 15)]
+    finally:
+        consumer.close()
+
+
+def commit(bootstrap: str, offsets: list[int]) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "app", "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in enumerate(offsets)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def ends(acked: dict[tuple[int, int], bytes]) -> list[int]:
+    return [max(o for (p, o) in acked if p == q) + 1 for q in range(PARTITIONS)]
+
+
+def test_restore_drill(stores: Stores, capsys: pytest.CaptureFixture[str]) -> None:
+    with stores.broker() as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, config={"retention.ms": "86400000"})])[TOPIC].result(30)
+        acked = produce(b.bootstrap, 0, 300)
+        commit(b.bootstrap, [40, 50, 60])
+        taken = stores.cli("snapshot", capsys)
+        assert taken["keys"] > 0 and taken["key"].startswith("default/@metadata/snapshot-")
+        acked |= produce(b.bootstrap, 300, 300)  # committed after the snapshot: found in the segments
+        before = ends(acked)
+    stores.wipe()
+    restored = stores.cli("restore", capsys)
+    assert restored["snapshot"] == taken["key"] and restored["partitions"] == PARTITIONS
+    assert restored["segments"] > 0
+
+    with stores.broker() as b:
+        got = read_all(b.bootstrap, len(acked))
+        for key, value in acked.items():
+            assert got.get(key) == value, f"acknowledged record at partition/offset {key} lost after the restore"
+        assert len(got) == len(acked)
+        assert committed(b.bootstrap) == [40, 50, 60]
+        admin, resource = AdminClient({"bootstrap.servers": b.bootstrap}), _topic_resource()
+        assert admin.describe_configs([resource])[resource].result(15)["retention.ms"].value == "86400000"
+        after = produce(b.bootstrap, 600, PARTITIONS)
+        assert sorted(after) == sorted((p, before[p]) for p in range(PARTITIONS)), "an offset was reused or skipped"
+
+
+def test_rebuild_from_the_segments_alone(stores: Stores, capsys: pytest.CaptureFixture[str]) -> None:
+    with stores.broker() as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(30)
+        acked = produce(b.bootstrap, 0, 400)
+        commit(b.bootstrap, [10, 10, 10])
+        before = ends(acked)
+    stores.wipe()
+    code, err = stores.cli_failing("restore", capsys)  # there is no snapshot to restore
+    assert code == 1 and "no snapshot" in err and "kafscale metadata rebuild" in err
+    rebuilt = stores.cli("rebuild", capsys)
+    assert rebuilt["snapshot"] == "" and rebuilt["partitions"] == PARTITIONS
+
+    with stores.broker() as b:
+        got = read_all(b.bootstrap, len(acked))
+        assert got == acked
+        assert committed(b.bootstrap) == [-1001] * PARTITIONS  # group offsets are not in the segments
+        after = produce(b.bootstrap, 400, PARTITIONS)
+        assert sorted(after) == sorted((p, before[p]) for p in range(PARTITIONS))
+
+
+def _topic_resource() -> Any:
+    from confluent_kafka.admin import ConfigResource
+
+    return ConfigResource(ConfigResource.Type.TOPIC, TOPIC)

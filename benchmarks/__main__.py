@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale-partitions", type=int, action="append",
                         help="partition counts of the scale scenario (repeatable; default 1000 and 10000)")
     parser.add_argument("--e2e-rate", type=float, default=1000.0, help="end-to-end scenario rate, records/s")
+    parser.add_argument("--soak-minutes", type=float, default=60.0, help="soak scenario length (default 60)")
     parser.add_argument("--keep-data", action="store_true", help="keep broker data under OUT/work")
     parser.add_argument("--s3-cpus", type=int, default=0,
                         help="run SeaweedFS on this many CPUs of its own and everything else on the rest "
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     backends = args.backend or ["local", "seaweedfs"]
     options: dict[str, Any] = {"duration": args.duration, "backlog_mib": args.backlog_mib,
-                               "scale_partitions": args.scale_partitions, "e2e_rate": args.e2e_rate}
+                               "scale_partitions": args.scale_partitions, "e2e_rate": args.e2e_rate,
+                               "soak_minutes": args.soak_minutes}
     if args.s3_cpus:
         options["s3_cpus"], options["other_cpus"] = set_aside_cpus(args.s3_cpus)
     ctx = Context(out, args.quick, backends, options)

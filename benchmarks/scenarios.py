@@ -31,6 +31,7 @@ from benchmarks.common import (
 )
 from benchmarks.metadata_scale import metadata_scale
 from benchmarks.security import security
+from benchmarks.soak import soak
 
 GiB = 1024 * MiB
 
@@ -541,6 +542,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "cluster": cluster,
     "autoscale": autoscale,
     "security": security,
+    "soak": soak,
 }
 
 ALIASES = {"e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup", "catch_up": "catchup"}

@@ -5,9 +5,7 @@ snapshots (kafscale/broker/snapshot.py): taken, and only the newest kept."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,60 +20,31 @@ from kafscale.config import BrokerConfig
 from kafscale.storage import keys as object_keys
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.local_store import LocalDirStore
-from kafscale.storage.metadata_store import Compare, KeyValue, MetadataStore, Op, Put, TxnResult, WatchEvent
 from kafscale.testing.inprocess import InProcessBroker
+from tests.unit.test_partition_owner import FlakyMeta
 
 pytestmark = pytest.mark.timeout(120)
 NS = "default"
 
 
-class SlowCommits(MetadataStore):
-    """The embedded store, with partition commits held `delay` seconds while armed: a commit cannot be made
-    slow on demand otherwise."""
-
-    def __init__(self, inner: MetadataStore) -> None:
-        self.inner, self.delay, self.held = inner, 0.0, 0
-
-    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
-        if self.delay and any(isinstance(op, Put) and op.key.endswith("/state") for op in success):
-            self.held += 1
-            await asyncio.sleep(self.delay)
-        return await self.inner.txn(compares, success, failure)
-
-    async def get(self, key: str) -> KeyValue | None:
-        return await self.inner.get(key)
-
-    async def range(self, prefix: str) -> list[KeyValue]:
-        return await self.inner.range(prefix)
-
-    async def put(self, key: str, value: Any, lease: int = 0) -> int:
-        return await self.inner.put(key, value, lease)
-
-    async def delete(self, key: str, prefix: bool = False) -> int:
-        return await self.inner.delete(key, prefix)
-
-    async def revision(self) -> int:
-        return await self.inner.revision()
-
-    async def lease_grant(self, ttl_seconds: float) -> int:
-        return await self.inner.lease_grant(ttl_seconds)
-
-    async def lease_keepalive(self, lease_id: int) -> bool:
-        return await self.inner.lease_keepalive(lease_id)
-
-    async def lease_revoke(self, lease_id: int) -> None:
-        await self.inner.lease_revoke(lease_id)
-
-    def watch(self, prefix: str, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
-        return self.inner.watch(prefix, start_revision)
+class HeldCommits(FlakyMeta):
+    """Transactions wait while `gate` is clear: a commit cannot be made slow on demand otherwise."""
 
     async def close(self) -> None:
         await self.inner.close()
 
 
+async def _gate(meta: FlakyMeta, open_: bool) -> None:
+    """On the broker's loop: asyncio.Event is not for other threads."""
+    if open_:
+        meta.gate.set()
+    else:
+        meta.gate.clear()
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Any:
-    meta = SlowCommits(EmbeddedStore(tmp_path / "meta.db"))
+    meta = HeldCommits(EmbeddedStore(tmp_path / "meta.db"))
     b = InProcessBroker(BrokerConfig(metrics_listen="", flush_interval_ms=10, janitor_interval_s=0),
                         meta=lambda: meta, objects=lambda: LocalDirStore(tmp_path / "objects"))
     with b:
@@ -146,7 +115,8 @@ def test_an_upload_whose_commit_is_slow_is_never_deleted(broker: InProcessBroker
     produce(broker, "slow", [b"first"])
     owner = core(broker).owners[("slow", 0)]
     before = stored(broker, "slow")
-    broker.slow.delay = 3.0  # type: ignore[attr-defined]
+    broker.run(_gate(broker.slow, open_=False))  # type: ignore[attr-defined]
+    attempts = broker.slow.txn_attempts  # type: ignore[attr-defined]
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
     producer.produce("slow", value=b"second")
     producer.poll(0)
@@ -154,10 +124,13 @@ def test_an_upload_whose_commit_is_slow_is_never_deleted(broker: InProcessBroker
     while len(stored(broker, "slow")) == len(before):  # uploaded, its commit held back
         assert time.monotonic() < deadline, "the second segment was never uploaded"
         time.sleep(0.02)
-    assert broker.slow.held >= 1  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while broker.slow.txn_attempts == attempts:  # type: ignore[attr-defined]  # its commit is waiting
+        assert time.monotonic() < deadline, "the second segment's commit never started"
+        time.sleep(0.02)
     assert owner.high_watermark == 1
     assert broker.run(janitor.sweep_partition(owner, grace_s=0)).deleted == 0
-    broker.slow.delay = 0.0  # type: ignore[attr-defined]
+    broker.run(_gate(broker.slow, open_=True))  # type: ignore[attr-defined]
     assert producer.flush(30) == 0
     assert consume(broker, "slow", 2) == [b"first", b"second"]
 

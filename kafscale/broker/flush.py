@@ -188,7 +188,7 @@ async def _commit_locked(owner: PartitionOwner, ready: list[tuple[Pending, Uploa
         producers.update(pending.producers)  # later windows carry the later state
     for pid, entry in producers.items():
         ops.append(Put(keys.producer(owner.topic, owner.partition, pid), entry.to_value()))
-    guard = [Compare(keys.owner(owner.topic, owner.partition), "mod_revision", "==", owner._owner_revision)]
+    guard = [Compare(keys.owner(owner.topic, owner.partition), "mod_revision", "==", owner.owner_revision)]
     try:
         if owner.committer is not None:
             succeeded = await owner.committer.commit(guard, ops)

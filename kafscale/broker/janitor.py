@@ -12,9 +12,9 @@ Why a deletion is safe:
   listing, so what is committed meanwhile lies at or above the end read. An object at or above the end may still
   be an upload whose commit is in flight: it is left alone. Objects also wait `grace_s` after they were written,
   for readers that looked up a segment just before retention dropped it.
-- **A deleted topic's objects** are deleted only after listing them and then finding the topic still absent: a
-  topic of the same name made after that check writes only objects the listing did not contain. The deleted
-  topic's record (`deleted_topics/{name}`) is removed once a pass after the grace period finds nothing left.
+- **A deleted topic's objects.** Deleting a topic writes a record (`deleted_topics/{name}`) in the same
+  transaction, and no topic of that name can be made while it exists. The shard that deleted the topic deletes
+  its objects at once and then the record; the janitor finishes deletions whose record is over a minute old.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from kafscale.broker.partition_owner import PartitionOwner
 
 log = logging.getLogger(__name__)
+TOMBSTONE_AGE_S = 60.0  # a deleted topic's record older than this: its deletion was cut short
+DELETE_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,51 +54,60 @@ async def sweep_partition(owner: PartitionOwner, grace_s: float, now: float | No
                              object_keys.index_key(ns, topic, partition, s.base, s.key_epoch))}
     listed = await owner.objects.list(object_keys.partition_prefix(ns, topic, partition))
     now = time.time() if now is None else now
-    garbage = [o for o in listed if o.key not in committed and _below(o.key, end)]
+    garbage = [o for o in listed if o.key not in committed and _below(o.key, (ns, topic, partition), end)]
     due = [o.key for o in garbage if now - o.modified >= grace_s]
     if due:
+        # Still this partition's owner? One that has not yet seen its topic deleted (and made again) must not
+        # judge the new topic's objects by the old topic's end.
+        current = await owner.meta.get(keys.owner(topic, partition))
+        if current is None or current.mod_revision != owner.owner_revision:
+            return Sweep(0, len(garbage))
         await owner.objects.delete_many(due)
-        for s in due:
-            parsed = object_keys.parse_segment_key(s)
-            if parsed is not None:
-                owner.reader.cache.discard(("seg" if parsed.kind == "kfs" else "idx", topic, partition,
-                                            parsed.base_offset))
         log.info("%s-%d: janitor deleted %d uncommitted object(s) below offset %d", topic, partition, len(due), end)
     return Sweep(len(due), len(garbage) - len(due))
 
 
-def _below(key: str, end: int) -> bool:
+def _below(key: str, partition: tuple[str, str, int], end: int) -> bool:
     parsed = object_keys.parse_segment_key(key)
-    return parsed is not None and parsed.base_offset < end
+    return (parsed is not None and (parsed.namespace, parsed.topic, parsed.partition) == partition
+            and parsed.base_offset < end)
 
 
-async def sweep_deleted_topics(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, grace_s: float,
+async def sweep_deleted_topics(meta: MetadataStore, objects: AsyncObjectStore, namespace: str,
                                now: float | None = None) -> Sweep:
-    """Finish the deletions of deleted topics: their objects go, then (after grace_s) their records."""
+    """Finish the topic deletions the shard that made them could not (their records older than a minute)."""
     deleted = 0
+    now = time.time() if now is None else now
     for kv in await meta.range(keys.DELETED_TOPICS):
-        name = kv.key[len(keys.DELETED_TOPICS):]
-        count = await delete_topic_objects(meta, objects, namespace, name)
-        deleted += max(count, 0)
-        at_s = int(kv.value.get("at_ms", 0)) / 1000
-        recreated = count < 0
-        if recreated or (count == 0 and (time.time() if now is None else now) - at_s >= grace_s):
-            # Recreated: its new owners' sweeps take what the old topic left. Otherwise a pass after the
-            # grace found nothing: the last upload a zombie owner could have made is long gone too.
-            # Only this record: the topic may have been deleted again since, with a record of its own.
-            await meta.txn([Compare(kv.key, "mod_revision", "==", kv.mod_revision)], [Delete(kv.key)])
+        if now - int(kv.value.get("at_ms", 0)) / 1000 >= TOMBSTONE_AGE_S:
+            deleted += await delete_topic_objects(meta, objects, namespace, kv.key[len(keys.DELETED_TOPICS):])
     return Sweep(deleted, 0)
 
 
 async def delete_topic_objects(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, name: str) -> int:
-    """Delete what is stored under a deleted topic's prefix; -1 (and nothing deleted) if the topic exists."""
-    listed = await objects.list(f"{namespace}/{name}/")
-    if await meta.get(keys.topic(name)) is not None:
-        return -1
+    """Delete what is stored under a deleted topic's prefix, then its record; returns how many objects went.
+
+    While the record (`deleted_topics/{name}`) exists, no topic of that name can be made (cluster/topics.py),
+    so what is listed under the prefix is the deleted topic's. The record is checked again right before the
+    objects go, and removed only after they did, with a compare on its revision."""
+    record = await meta.get(keys.deleted_topic(name))
+    if record is None:
+        return 0
+    listed = [o.key for o in await objects.list(f"{namespace}/{name}/") if _in_topic(o.key, namespace, name)]
+    for i in range(0, len(listed), DELETE_BATCH):
+        again = await meta.get(keys.deleted_topic(name))
+        if again is None or again.mod_revision != record.mod_revision:
+            return i  # another deleter finished (and the name may be in use again): stop here
+        await objects.delete_many(listed[i:i + DELETE_BATCH])
+    await meta.txn([Compare(record.key, "mod_revision", "==", record.mod_revision)], [Delete(record.key)])
     if listed:
-        await objects.delete_many([o.key for o in listed])
         log.info("deleted topic %s: %d object(s) removed", name, len(listed))
     return len(listed)
+
+
+def _in_topic(key: str, namespace: str, name: str) -> bool:
+    parsed = object_keys.parse_segment_key(key)
+    return parsed is None or (parsed.namespace, parsed.topic) == (namespace, name)  # a nested namespace's: no
 
 
 async def run(owners: Callable[[], Iterable[PartitionOwner]], leads: Callable[[], bool], meta: MetadataStore,
@@ -119,7 +130,7 @@ async def run(owners: Callable[[], Iterable[PartitionOwner]], leads: Callable[[]
                 log.warning("janitor: %s-%d failed: %s", owner.topic, owner.partition, e)
         if leads():
             try:
-                deleted += (await sweep_deleted_topics(meta, objects, namespace, grace_s)).deleted
+                deleted += (await sweep_deleted_topics(meta, objects, namespace)).deleted
             except asyncio.CancelledError:
                 raise
             except Exception as e:

@@ -98,7 +98,7 @@ class PartitionOwner:
         self.bytes_out = 0
         self.segments: list[SegmentMeta] = []
         self.reader = ReadPath(self, cache)
-        self._owner_revision = 0
+        self.owner_revision = 0
         self._producers = ProducerStates()
         self._open = Pending()
         self._sealed: deque[Pending] = deque()
@@ -129,7 +129,7 @@ class PartitionOwner:
             )
             if result.succeeded:
                 self.epoch = epoch
-                self._owner_revision = result.revision
+                self.owner_revision = result.revision
                 break
         else:
             raise FencedError(f"could not take ownership of {self.topic}-{self.partition}: contended")
@@ -310,7 +310,7 @@ class PartitionOwner:
             state = {"next_offset": self.high_watermark, "log_start_offset": offset, "epoch": self.epoch}
             ops: list[Any] = [Put(keys.state(self.topic, self.partition), state)]
             ops += [Delete(keys.segment(self.topic, self.partition, s.base)) for s in dropped]
-            guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self._owner_revision)]
+            guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self.owner_revision)]
             if not (await self.meta.txn(guard, ops)).succeeded:
                 self._stop_writing()
                 raise FencedError(f"log start move of {self.topic}-{self.partition} refused: epoch is stale")

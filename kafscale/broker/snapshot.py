@@ -39,8 +39,8 @@ from kafscale.cluster.records import SegmentMeta
 from kafscale.cluster.topics import TopicInfo
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
-from kafscale.storage.metadata_store import MAX_TXN_OPS, MetadataStore, Op, Put
-from kafscale.storage.segment import SegmentReader
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Delete, MetadataStore, Op, Put
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SegmentReader, parse_segment_footer
 
 log = logging.getLogger(__name__)
 FORMAT = 1
@@ -130,8 +130,16 @@ async def restore(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
     snapshot = msgpack.unpackb(bytes(cramjam.zstd.decompress(await objects.get(key))), raw=False)
     if snapshot.get("format") != FORMAT:
         raise SnapshotError(f"{key}: snapshot format {snapshot.get('format')!r}, this broker reads {FORMAT}")
-    await _write(meta, [Put(k, v) for k, v in snapshot["keys"]])
     values = dict(snapshot["keys"])
+    for name, value in values.items():  # a new leader epoch for every partition: clients drop older metadata
+        if name.startswith(keys.TOPICS):
+            value["leader_epochs"] = [e + 1 for e in value.get("leader_epochs", [])] or [1] * value["partitions"]
+    by_partition: dict[tuple[str, int], dict[str, Any]] = defaultdict(dict)
+    for name, value in values.items():
+        parts = name.split("/")  # partitions/{topic}/{p}/...: topic names hold no '/'
+        if parts[0] == "partitions" and len(parts) > 3 and parts[2].isdigit():
+            by_partition[(parts[1], int(parts[2]))][name] = value
+    await _write(meta, [Put(k, v) for k, v in values.items()])
     partitions = segments = 0
     top_pid = -1
     for name, value in sorted(values.items()):
@@ -139,10 +147,8 @@ async def restore(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
             continue
         info = TopicInfo.from_value(name[len(keys.TOPICS):], value)
         for p in range(info.partitions):
-            mine = keys.producers(info.name, p)
             found, pid = await _roll_forward(meta, objects, namespace, info.name, p, values.get(keys.state(
-                info.name, p)), values.get(keys.owner(info.name, p)),
-                {k: v for k, v in values.items() if k.startswith(mine)})
+                info.name, p)), values.get(keys.owner(info.name, p)), by_partition[(info.name, p)])
             segments, top_pid, partitions = segments + found, max(top_pid, pid), partitions + 1
     await _skip_ids(meta, values, top_pid)
     log.info("metadata restored from %s: %d keys, %d partitions rolled forward over %d newer segments", key,
@@ -176,42 +182,93 @@ async def rebuild(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
 async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, topic: str, partition: int,
                         state: dict[str, Any] | None, owner: dict[str, Any] | None,
                         known: dict[str, Any] | None = None) -> tuple[int, int]:
-    """Commit the segments found past the partition's state (known: its producers' keys and states in the
-    snapshot); returns how many, and the highest producer id in them (-1: none)."""
-    by_base: dict[int, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
-    top_epoch = 0
+    """Bring one partition's state up to the segments in the object store (known: the snapshot's keys of this
+    partition); returns the segments added, and the highest producer id in them (-1: none)."""
+    known = known or {}
+    pairs: dict[tuple[int, int], set[str]] = defaultdict(set)
+    sizes: dict[tuple[int, int], int] = {}
     for o in await objects.list(object_keys.partition_prefix(namespace, topic, partition)):
         parsed = object_keys.parse_segment_key(o.key)
-        if parsed is not None:
-            by_base[parsed.base_offset][parsed.epoch].add(parsed.kind)
-            top_epoch = max(top_epoch, parsed.epoch)
-    if state is None:  # a rebuild: the log starts at the lowest segment there is
-        start = min(by_base, default=0)
-        state = {"next_offset": start, "log_start_offset": start, "epoch": 0}
-    end, puts = int(state["next_offset"]), []
+        if parsed is None or (parsed.namespace, parsed.topic, parsed.partition) != (namespace, topic, partition):
+            continue  # another namespace nested under this one, or not a segment
+        pairs[(parsed.base_offset, parsed.epoch)].add(parsed.kind)
+        if parsed.kind == "kfs":
+            sizes[(parsed.base_offset, parsed.epoch)] = o.size
+    whole = {pair for pair, kinds in pairs.items() if kinds == {"kfs", "index"}}  # a half upload acked nothing
+    top_epoch = max((e for _, e in pairs), default=0)
+    ops: list[Op] = []
+    segments = sorted((v for k, v in known.items() if k.startswith(keys.segments(topic, partition))),
+                      key=lambda v: v["base"])
+    # The snapshot's segments whose objects retention deleted since: gone from the front of the log.
+    gone = 0
+    while gone < len(segments) and (segments[gone]["base"], segments[gone].get("key_epoch", 0)) not in whole:
+        ops.append(Delete(keys.segment(topic, partition, segments[gone]["base"])))
+        gone += 1
+    if state is None:  # a rebuild: the log starts where the longest run of segments does
+        state = {"next_offset": 0, "log_start_offset": 0, "epoch": 0}
+    start = int(state["next_offset"])
+    lasts = {pair: await _last_offset(objects, namespace, topic, partition, pair, sizes[pair])
+             for pair in whole if pair[0] >= start}
+    chain = _longest_chain(lasts, start)
+    log_start = int(state.get("log_start_offset", 0))
+    if gone == len(segments):  # nothing of the snapshot's log is left: it starts where the chain does
+        log_start = max(log_start, chain[0][0] if chain else start)
+    elif gone:
+        log_start = max(log_start, int(segments[gone]["base"]))
     producers, touched = ProducerStates(), set()
-    producers.entries = {int(k.rsplit("/", 1)[1]): ProducerEntry.from_value(v) for k, v in (known or {}).items()}
-    while end in by_base:
-        epoch = max((e for e, kinds in by_base[end].items() if kinds == {"kfs", "index"}), default=None)
-        if epoch is None:
-            break  # an upload cut halfway (one of the two objects): nothing was acknowledged from it
-        key = object_keys.segment_key(namespace, topic, partition, end, epoch)
+    producers.entries = {int(k.rsplit("/", 1)[1]): ProducerEntry.from_value(v) for k, v in known.items()
+                         if k.startswith(keys.producers(topic, partition))}
+    end = start
+    for base, epoch in chain:
+        key = object_keys.segment_key(namespace, topic, partition, base, epoch)
         reader = SegmentReader(await objects.get(key), key=key)
         for _, header in reader.batches():  # idempotent producers' sequences, as the commits recorded them
             if header.producer_id >= 0:
                 producers.record(header, header.base_offset)
                 touched.add(header.producer_id)
-        puts.append(Put(keys.segment(topic, partition, end), SegmentMeta.from_info(reader.info, epoch).to_value()))
+        ops.append(Put(keys.segment(topic, partition, base), SegmentMeta.from_info(reader.info, epoch).to_value()))
         end = reader.info.last_offset + 1
-    found = len(puts)
-    puts += [Put(keys.producer(topic, partition, pid), producers.entries[pid].to_value()) for pid in sorted(touched)]
+    ops += [Put(keys.producer(topic, partition, pid), producers.entries[pid].to_value()) for pid in sorted(touched)]
     owner_epoch = max(int((owner or {}).get("epoch", 0)), top_epoch, int(state.get("epoch", 0)))
-    puts += [Put(keys.state(topic, partition), {**state, "next_offset": end, "epoch": owner_epoch}),
-             Put(keys.owner(topic, partition), {**(owner or {"shard": -1}), "epoch": owner_epoch})]
-    await _write(meta, puts)
-    if found:
-        log.info("%s-%d: rolled forward over %d segment(s) to offset %d", topic, partition, found, end)
-    return found, max(touched, default=-1)
+    ops += [Put(keys.state(topic, partition), {**state, "next_offset": max(end, log_start),
+                                               "log_start_offset": log_start, "epoch": owner_epoch}),
+            Put(keys.owner(topic, partition), {**(owner or {"shard": -1}), "epoch": owner_epoch})]
+    await _write(meta, ops)
+    if chain or gone:
+        log.info("%s-%d: rolled forward over %d segment(s) to offset %d (log start %d, %d segment(s) of the "
+                 "snapshot gone)", topic, partition, len(chain), end, log_start, gone)
+    return len(chain), max(touched, default=-1)
+
+
+def _longest_chain(lasts: dict[tuple[int, int], int], start: int) -> list[tuple[int, int]]:
+    """The segments (base, epoch) to commit past `start`: from `start` if a segment begins there, else from the
+    lowest base whose run reaches furthest (retention may have removed the front). At each base the object whose
+    run reaches furthest wins: an uncommitted leftover (a fenced owner's upload) ends its run where its commit
+    failed, while the committed segments go on. Equal runs go to the highest owner epoch, written last."""
+    by_base: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for (base, epoch), last in lasts.items():
+        by_base[base].append((epoch, last))
+    reach: dict[int, tuple[int, int]] = {}  # base -> (end reached, epoch chosen)
+    for base in sorted(by_base, reverse=True):
+        reach[base] = max(((reach[last + 1][0] if last + 1 in reach else last + 1), epoch)
+                          for epoch, last in by_base[base])
+    if not reach:
+        return []
+    first = start if start in reach else min((b for b in reach if b >= start),
+                                             key=lambda b: (-reach[b][0], b), default=None)
+    chain, at = [], first
+    while at is not None and at in reach:
+        epoch = reach[at][1]
+        chain.append((at, epoch))
+        at = lasts[(at, epoch)] + 1
+    return chain
+
+
+async def _last_offset(objects: AsyncObjectStore, namespace: str, topic: str, partition: int,
+                       pair: tuple[int, int], size: int) -> int:
+    key = object_keys.segment_key(namespace, topic, partition, *pair)
+    tail = await objects.get_range(key, size - SEGMENT_FOOTER_SIZE, SEGMENT_FOOTER_SIZE)
+    return parse_segment_footer(tail, key, object_size=size).last_offset
 
 
 async def _skip_ids(meta: MetadataStore, values: dict[str, Any], top_pid: int) -> None:

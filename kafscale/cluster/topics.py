@@ -49,7 +49,11 @@ class TopicInfo:
 
 
 class TopicExistsError(Exception):
-    pass
+    """The name is taken: by a topic, or (`deleting`) by a deleted topic whose objects are still being removed."""
+
+    def __init__(self, name: str, deleting: bool = False) -> None:
+        super().__init__(name)
+        self.deleting = deleting
 
 
 class TopicRegistry:
@@ -132,10 +136,12 @@ class TopicRegistry:
             if await self.get(name) is not None:
                 raise TopicExistsError(name)
             return info
-        result = await self.meta.txn([Compare(keys.topic(name), "version", "==", 0)],
+        # Not while a deleted topic of this name still has objects: the new topic's would mix with them.
+        result = await self.meta.txn([Compare(keys.topic(name), "version", "==", 0),
+                                      Compare(keys.deleted_topic(name), "version", "==", 0)],
                                      [Put(keys.topic(name), info.to_value())])
         if not result.succeeded:
-            raise TopicExistsError(name)
+            raise TopicExistsError(name, deleting=await self.meta.get(keys.deleted_topic(name)) is not None)
         self._set(name, info.to_value())
         return info
 

@@ -135,33 +135,38 @@ def test_an_upload_whose_commit_is_slow_is_never_deleted(broker: InProcessBroker
     assert consume(broker, "slow", 2) == [b"first", b"second"]
 
 
-def test_an_interrupted_topic_deletion_is_finished_and_a_topic_of_the_same_name_is_left_alone(
-        broker: InProcessBroker) -> None:
+def test_an_interrupted_topic_deletion_is_finished_and_the_name_is_free_only_then(broker: InProcessBroker) -> None:
     c = core(broker)
-    for name in ("gone", "again"):
-        create(broker, name)
-        produce(broker, name, [b"old-0", b"old-1", b"old-2"])
-        assert broker.run(c.topics.delete(name))  # the metadata only: as if cut short before the objects
-        assert stored(broker, name)
-    create(broker, "again")  # made again, under the same prefix
-    produce(broker, "again", [b"new-0"])
-    new_objects = {k for k in stored(broker, "again") if "-e" in k}
-    assert new_objects, "the new topic should have written its own keys beside the old ones"
-
+    create(broker, "gone")
+    produce(broker, "gone", [b"old-0", b"old-1", b"old-2"])
+    assert broker.run(c.topics.delete("gone"))  # the metadata only: as if cut short before the objects
     left = stored(broker, "gone")
-    assert broker.run(janitor.sweep_deleted_topics(c.meta, c.objects, NS, grace_s=3600)).deleted == len(left)
-    assert stored(broker, "gone") == set()
-    assert broker.run(c.meta.get(keys.deleted_topic("gone"))) is not None  # kept until the grace has passed
-    assert broker.run(c.meta.get(keys.deleted_topic("again"))) is None  # recreated: its owners sweep
-    assert new_objects <= stored(broker, "again")
-    assert consume(broker, "again", 1) == [b"new-0"]
+    assert left
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    with pytest.raises(Exception, match="marked for deletion"):  # its objects would mix with the new topic's
+        admin.create_topics([NewTopic("gone", 1)])["gone"].result(15)
 
-    broker.run(janitor.sweep_deleted_topics(c.meta, c.objects, NS, grace_s=0))
+    assert broker.run(janitor.sweep_deleted_topics(c.meta, c.objects, NS)).deleted == 0  # a minute's leeway
+    later = time.time() + janitor.TOMBSTONE_AGE_S
+    assert broker.run(janitor.sweep_deleted_topics(c.meta, c.objects, NS, now=later)).deleted == len(left)
+    assert stored(broker, "gone") == set()
     assert broker.run(c.meta.get(keys.deleted_topic("gone"))) is None
-    # The old topic's objects below the new one's end (base 0, the plain key) are the new owner's to sweep.
-    owner = c.owners[("again", 0)]
-    assert broker.run(janitor.sweep_partition(owner, grace_s=0)).deleted == 2  # old segment 0 and its index
-    assert consume(broker, "again", 1) == [b"new-0"]
+    create(broker, "gone")  # the name is free again
+    produce(broker, "gone", [b"new-0"])
+    assert consume(broker, "gone", 1) == [b"new-0"]
+    assert broker.run(janitor.sweep_deleted_topics(c.meta, c.objects, NS, now=later)).deleted == 0
+
+
+def test_deleting_a_topic_removes_its_objects_and_frees_its_name_at_once(broker: InProcessBroker) -> None:
+    create(broker, "brief")
+    produce(broker, "brief", [b"x", b"y"])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics(["brief"])["brief"].result(15)
+    assert stored(broker, "brief") == set()
+    assert broker.run(core(broker).meta.get(keys.deleted_topic("brief"))) is None
+    create(broker, "brief")
+    produce(broker, "brief", [b"z"])
+    assert consume(broker, "brief", 1) == [b"z"]
 
 
 def test_each_shard_sweeps_on_its_own_and_counts_what_it_deleted(tmp_path: Path) -> None:

@@ -39,7 +39,9 @@ async def create(broker: Broker, topic: Any, validate_only: bool) -> tuple[Error
         return ErrorCode.invalid_config, problem, None
     try:
         info = await broker.topics.create(name, partitions, broker.placement.accepting_ids(), configs, validate_only)
-    except TopicExistsError:
+    except TopicExistsError as e:
+        if e.deleting:  # as Kafka answers for a topic marked for deletion: retry once it is gone
+            return ErrorCode.topic_already_exists, f"topic {name!r} is marked for deletion", None
         return ErrorCode.topic_already_exists, f"topic {name!r} already exists", None
     return ErrorCode.none, None, info
 

@@ -27,7 +27,7 @@ class CompactedError(MetadataStoreError):
 @dataclass(frozen=True, slots=True)
 class StoreStatus:
     revision: int
-    db_bytes: int  # the database on disk: etcd's dbSize (the leader's), or the SQLite file and its WAL
+    db_bytes: int  # the database on disk: etcd's dbSize (of the member that answered), or the SQLite files
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cluster import _stop_serve
-from benchmarks.common import Context, Reference, Result, log
+from benchmarks.common import Context, Reference, Result, log, process_tree_memory
 from kafscale.testing.serve_process import ServeProcess
 
 SAMPLE_S = 30.0
@@ -79,7 +79,8 @@ def soak(ctx: Context) -> None:
             sample = {"t_min": (time.monotonic() - t0) / 60, **load.interval(),
                       **_rss(serve, etcd, s3), **_stores(etcd.endpoint, prefix, s3, bucket)}
             samples.append(sample)
-            log(f"soak: {sample['t_min']:.1f} min: rss {sample['rss_mib']:.0f} MiB, etcd "
+            log(f"soak: {sample['t_min']:.1f} min: rss {sample['rss_mib']:.0f} MiB (shards "
+                f"{sample['shards_rss_mib']:.0f}), etcd "
                 f"{sample['etcd_db_mib']:.1f} MiB (rev {sample['etcd_revision']:.0f}), objects "
                 f"{sample['objects']:.0f} / committed {sample['committed_objects']:.0f}, p99 "
                 f"{sample['p99_ms']:.0f} ms, lag {sample['lag']:.0f}, errors {sample['errors']:.0f}")
@@ -190,22 +191,13 @@ class Load:
 
 
 def _rss(serve: ServeProcess, etcd: Any, s3: Any) -> dict[str, float]:
-    """RSS in MiB: the serve process and every process under it (Ray's GCS, raylet, workers: the shards), etcd
-    and SeaweedFS."""
+    """RSS in MiB: every process of the broker (serve, its private Ray head's session: GCS, raylet, the
+    controller and the shards), the shards alone, etcd and SeaweedFS."""
     assert serve.proc is not None
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0.0, [serve.proc.pid]
-    while todo:
-        pid = todo.pop()
-        total += _vm_rss(pid)
-        todo += children.get(pid, [])
-    return {"rss_mib": total, "etcd_rss_mib": _vm_rss(etcd.pid) if etcd.pid else 0.0,
-            "s3_rss_mib": _vm_rss(s3.pid) if s3.pid else 0.0}
+    memory = process_tree_memory(serve.proc.pid)
+    shards = sum(p["rss_kib"] for p in memory["by_process"] if "ShardActor" in p["cmd"]) / 1024
+    return {"rss_mib": memory["rss_bytes"] / 2**20, "shards_rss_mib": shards,
+            "etcd_rss_mib": _vm_rss(etcd.pid) if etcd.pid else 0.0, "s3_rss_mib": _vm_rss(s3.pid) if s3.pid else 0.0}
 
 
 def _vm_rss(pid: int) -> float:
@@ -276,12 +268,16 @@ def _plot(out: Path, samples: list[dict[str, float]]) -> None:
     except ImportError:
         log("soak: matplotlib is not installed: no plot")
         return
-    panels = [("rss_mib", "RSS of serve and its Ray processes (MiB)"), ("etcd_db_mib", "etcd database (MiB)"),
-              ("objects", "objects in the bucket"), ("p99_ms", "produce p99 (ms)"), ("lag", "group lag (records)")]
+    panels = [("rss_mib", "RSS of every broker process (MiB); the shards alone"),
+              ("etcd_db_mib", "etcd database (MiB)"), ("objects", "objects in the bucket"),
+              ("p99_ms", "produce p99 (ms)"), ("lag", "group lag (records)")]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.2 * len(panels)), sharex=True)
     t = [s["t_min"] for s in samples]
     for ax, (key, title) in zip(axes, panels, strict=True):
         ax.plot(t, [s[key] for s in samples])
+        if key == "rss_mib":
+            ax.plot(t, [s["shards_rss_mib"] for s in samples], label="shards")
+            ax.legend()
         if key == "objects":
             ax.plot(t, [s["committed_objects"] for s in samples], label="committed")
             ax.legend()

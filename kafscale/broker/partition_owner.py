@@ -33,7 +33,7 @@ from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.health import HealthState
-from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
+from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, Put
 from kafscale.storage.recompress import recompress_batches
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE
 
@@ -307,15 +307,21 @@ class PartitionOwner:
             if offset <= self.log_start_offset or self.fenced:
                 return []
             dropped = [s for s in self.segments if s.last < offset]
-            state = {"next_offset": self.high_watermark, "log_start_offset": offset, "epoch": self.epoch}
-            ops: list[Any] = [Put(keys.state(self.topic, self.partition), state)]
-            ops += [Delete(keys.segment(self.topic, self.partition, s.base)) for s in dropped]
             guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self.owner_revision)]
-            if not (await self.meta.txn(guard, ops)).succeeded:
-                self._stop_writing()
-                raise FencedError(f"log start move of {self.topic}-{self.partition} refused: epoch is stale")
-            self.log_start_offset = offset
-            self.segments = [s for s in self.segments if s.last >= offset]
+            # etcd takes at most 128 operations a transaction: a long-idle retention pass can drop thousands of
+            # small segments, so the log start moves in steps, each durable and each a prefix of the log.
+            step = MAX_TXN_OPS - len(guard) - 1
+            for i in range(0, max(len(dropped), 1), step):
+                chunk = dropped[i:i + step]
+                to = offset if i + step >= len(dropped) else chunk[-1].last + 1
+                state = {"next_offset": self.high_watermark, "log_start_offset": to, "epoch": self.epoch}
+                ops: list[Any] = [Put(keys.state(self.topic, self.partition), state)]
+                ops += [Delete(keys.segment(self.topic, self.partition, s.base)) for s in chunk]
+                if not (await self.meta.txn(guard, ops)).succeeded:
+                    self._stop_writing()
+                    raise FencedError(f"log start move of {self.topic}-{self.partition} refused: epoch is stale")
+                self.log_start_offset = to
+                self.segments = [s for s in self.segments if s.last >= to]
         return dropped
 
     def _stop_writing(self) -> None:

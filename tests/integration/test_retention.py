@@ -139,3 +139,23 @@ def test_size_retention_keeps_the_newest_bytes(retention_broker: Cluster) -> Non
     with cluster.wire() as wire:
         assert wire.fetch(topic, 0, 2).error_code == ErrorCode.offset_out_of_range
         assert wire.fetch(topic, 0, 3).error_code == ErrorCode.none
+
+
+def test_dropping_more_segments_than_one_etcd_transaction_holds_moves_the_log_start_in_steps(
+        retention_broker: Cluster) -> None:
+    """etcd refuses a transaction of more than 128 operations; a retention pass after a long idle time, or a
+    DeleteRecords over a long log, drops more segments than that (found by the soak benchmark)."""
+    from confluent_kafka.admin import AdminClient
+
+    cluster = retention_broker
+    topic = unique_topic("many-segments")
+    with cluster.wire() as wire:
+        wire.create_topic(topic, 1, {"retention.ms": str(HOUR_MS)})
+    now = int(time.time() * 1000)
+    _produce(cluster, topic, [now + i for i in range(140)])  # 140 segments of one record each
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    done = admin.delete_records([TopicPartition(topic, 0, 135)])  # 135 deletes and a put: one txn is 128
+    assert next(iter(done.values())).result(30).low_watermark == 135
+    assert _log_start_in_store(cluster, topic) == 135
+    wait_until(lambda: _segment_bases(cluster, topic) == list(range(135, 140)), timeout=30,
+               what="the 135 segments below the log start deleted")

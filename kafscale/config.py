@@ -141,6 +141,8 @@ class BrokerConfig:
         "help": "close connections idle this long (Kafka's connections.max.idle.ms); 0 = never"})
     auto_create_topics: bool = field(default=True, metadata={"help": "create topics on first use"})
     default_partitions: int = field(default=1, metadata={"help": "partitions of auto-created topics"})
+    virtual_partitions_mapping: str = field(default="", metadata={
+        "help": "YAML file naming topics created with virtual partitions (docs/virtual-partitions.md)"})
     max_pending_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "per-partition unflushed"})
     segment_uploads_in_flight: int = field(default=4, metadata={
         "help": "segments of one partition uploading at once (commits stay in offset order)"})
@@ -294,6 +296,8 @@ class BrokerConfig:
             raise ConfigError("metadata_compaction_interval_s and metadata_history_s must not be negative")
         if self.metrics_tls and not self.ssl_certfile:
             raise ConfigError("metrics_tls: the HTTPS endpoint needs ssl_certfile (and ssl_keyfile)")
+        if self.virtual_partitions_mapping and not os.path.isfile(self.virtual_partitions_mapping):
+            raise ConfigError(f"virtual_partitions_mapping: no such file {self.virtual_partitions_mapping!r}")
         if self.metrics_token_file and not os.path.isfile(self.metrics_token_file):
             raise ConfigError(f"metrics_token_file: no such file {self.metrics_token_file!r}")
         if self.log_level.upper() not in _LOG_LEVELS:

@@ -37,6 +37,7 @@ from kafscale.cluster.lease_renewal import RenewalThread
 from kafscale.cluster.membership import BrokerRecord, Membership
 from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
+from kafscale.cluster.virtual import VirtualMapping
 from kafscale.config import BrokerConfig
 from kafscale.groups.registry import GroupRegistry, group_settings
 from kafscale.security.acls import Acls
@@ -81,7 +82,8 @@ class ShardCore:
         self.acls = Acls(self.meta, enabled=config.authorizer == "acl", super_users=tuple(config.super_user_list()),
                          allow_if_no_acl=config.allow_everyone_if_no_acl_found)
         self.handoffs = HandOffs()  # partitions released in planned moves, and lately moved away
-        self.topics = TopicRegistry(self.meta)
+        mapping = VirtualMapping.load(config.virtual_partitions_mapping) if config.virtual_partitions_mapping else None
+        self.topics = TopicRegistry(self.meta, mapping)
         settings = OwnerSettings(
             namespace=config.s3_namespace, segment_bytes=config.segment_bytes,
             flush_interval_ms=config.flush_interval_ms, index_interval_bytes=config.index_interval_bytes,
@@ -166,8 +168,13 @@ class ShardCore:
             shard_id=self.shard_id, shards=len(self.placement.shards), cache_hits=self.cache.hits,
             cache_misses=self.cache.misses, cache_bytes=self.cache.size, s3_state=int(self.objects.state()),
             group_coordinators=len(self.groups.groups),
-            partitions=tuple(PartitionStats(t, p, o.high_watermark, o.log_start_offset, o.bytes_in, o.bytes_out)
+            partitions=tuple(PartitionStats(t, p, o.high_watermark, o.log_start_offset, o.bytes_in, o.bytes_out,
+                                            self._unit_of(t, p))
                              for (t, p), o in list(self.owners.items())))
+
+    def _unit_of(self, topic: str, partition: int) -> int:
+        info = self.topics.topics.get(topic)
+        return info.unit_of(partition) if info is not None else partition
 
     def _topic_changed(self, name: str, old: TopicInfo | None, info: TopicInfo | None) -> None:
         """A deleted (or re-created) topic: its owners here stop. A partition moved away: its owner flushes
@@ -214,9 +221,11 @@ class ShardCore:
         info = self.topics.topics.get(topic)
         if info is None or partition >= info.partitions or not self._leads(info, partition):
             return -1
-        self.handoffs.release((topic, partition))
-        owner = await self.owner_table.release(topic, partition)
-        return owner.high_watermark if owner is not None else -1
+        lanes = info.lanes(info.unit_of(partition))  # a physical partition's virtual partitions go together
+        for lane in lanes:
+            self.handoffs.release((topic, lane))
+        owners = await asyncio.gather(*(self.owner_table.release(topic, lane) for lane in lanes))
+        return owners[0].high_watermark if owners[0] is not None else -1
 
     def _topic_configs(self, topic: str) -> dict[str, Any]:
         info = self.topics.topics.get(topic)

@@ -66,6 +66,7 @@ class PartitionStats:
     log_start_offset: int
     bytes_in: int = 0  # record batch bytes appended since its owner opened here
     bytes_out: int = 0  # record batch bytes served since its owner opened here
+    unit: int = -1  # the physical partition it moves with (a virtual partition's); -1: the partition itself
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class PartitionLoad:
     topic: str
-    partition: int
+    partition: int  # the physical partition, what moves (a topic's virtual partitions are summed into theirs)
     bytes_in: float  # produced record batch bytes per second
     bytes_out: float  # fetched record batch bytes per second
 

@@ -102,7 +102,8 @@ async def topics(meta: MetadataStore) -> dict[str, TopicInfo]:
 
 
 def partition_assignment(infos: dict[str, TopicInfo]) -> dict[Item, int]:
-    return {(name, p): info.placement[p] for name, info in infos.items() for p in range(info.partitions)}
+    """What moves between shards, and where it is: each physical partition (its virtual ones move with it)."""
+    return {(name, p): info.placement[p] for name, info in infos.items() for p in range(info.units)}
 
 
 async def group_slots(meta: MetadataStore) -> list[int] | None:

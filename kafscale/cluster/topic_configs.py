@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kafscale.cluster.virtual import TOPIC_CONFIG as VIRTUAL_PARTITIONS
+
+# Set at creation only: what they lay out cannot change under the data.
+FIXED_AT_CREATION = frozenset({VIRTUAL_PARTITIONS})
+
 DEFAULTS: dict[str, str] = {
     "retention.ms": "604800000",
     "retention.bytes": "-1",
@@ -39,6 +44,8 @@ VALIDATORS: dict[str, Callable[[str], str | None]] = {
     "cleanup.policy": _one_of("delete"),
     "message.timestamp.type": _one_of("CreateTime", "LogAppendTime"),
     "max.message.bytes": _long(0),
+    # The partitions clients see over the physical ones (kafscale.cluster.virtual).
+    VIRTUAL_PARTITIONS: _long(1),
 }
 
 

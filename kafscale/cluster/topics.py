@@ -14,6 +14,7 @@ from typing import Any
 
 from kafscale.cluster import keys
 from kafscale.cluster.placement import spread
+from kafscale.cluster.virtual import NewTopicLayout, VirtualMapping, new_topic_layout
 from kafscale.storage.keys import MAX_TOPIC_NAME as MAX_TOPIC_NAME  # the one topic name rule, re-exported
 from kafscale.storage.keys import topic_name_problem as topic_name_problem
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, Put
@@ -29,22 +30,43 @@ class TopicInfo:
     configs: dict[str, Any] = field(default_factory=dict)
     created_ms: int = 0
     leader_epochs: list[int] = field(default_factory=list)  # per partition; missing entries are 0
+    # Virtual partitions (kafscale.cluster.virtual): the physical partitions the `partitions` that clients see
+    # share, partition p in physical partition p % physical. 0: a plain topic, every partition its own.
+    physical: int = 0
 
     def to_value(self) -> dict[str, Any]:
-        return {"id": str(self.id), "partitions": self.partitions, "placement": self.placement,
-                "configs": self.configs, "created_ms": self.created_ms, "leader_epochs": self.leader_epochs}
+        value = {"id": str(self.id), "partitions": self.partitions, "placement": self.placement,
+                 "configs": self.configs, "created_ms": self.created_ms, "leader_epochs": self.leader_epochs}
+        if self.physical:
+            value["physical"] = self.physical
+        return value
 
     @classmethod
     def from_value(cls, name: str, v: dict[str, Any]) -> TopicInfo:
         return cls(name, uuid.UUID(v["id"]), int(v["partitions"]), list(v["placement"]),
-                   dict(v.get("configs", {})), int(v.get("created_ms", 0)), list(v.get("leader_epochs", ())))
+                   dict(v.get("configs", {})), int(v.get("created_ms", 0)), list(v.get("leader_epochs", ())),
+                   int(v.get("physical", 0)))
+
+    @property
+    def units(self) -> int:
+        """How many placement units (physical partitions) the topic has: what moves between shards."""
+        return self.physical or self.partitions
+
+    def unit_of(self, partition: int) -> int:
+        return partition % self.physical if self.physical else partition
+
+    def lanes(self, unit: int) -> list[int]:
+        """The partitions clients see in one physical partition (itself, for a plain topic)."""
+        return list(range(unit, self.partitions, self.physical)) if self.physical else [unit]
 
     def moved(self, partition: int, shard: int) -> TopicInfo:
-        """This topic with a partition led by another shard, at the next leader epoch."""
+        """This topic with a partition led by another shard, at the next leader epoch. A virtual partition
+        moves with its physical partition's others: one shard owns them all."""
         epochs = [*self.leader_epochs, *[0] * (self.partitions - len(self.leader_epochs))]
-        epochs[partition] += 1
         placement = list(self.placement)
-        placement[partition] = shard
+        for lane in self.lanes(self.unit_of(partition)):
+            epochs[lane] += 1
+            placement[lane] = shard
         return dataclasses.replace(self, placement=placement, leader_epochs=epochs)
 
 
@@ -57,8 +79,9 @@ class TopicExistsError(Exception):
 
 
 class TopicRegistry:
-    def __init__(self, meta: MetadataStore) -> None:
+    def __init__(self, meta: MetadataStore, mapping: VirtualMapping | None = None) -> None:
         self.meta = meta
+        self.mapping = mapping  # which new topics get virtual partitions (`serve --virtual-partitions-mapping`)
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
         self.generation = 0  # counts changes of the view, so answers built from it can be reused until it moves
@@ -126,12 +149,20 @@ class TopicRegistry:
                 info = self.topics.get(name)
         return info
 
+    def layout(self, name: str, requested: int | None, default: int, configs: dict[str, str]) -> NewTopicLayout:
+        """The partitions a new topic gets (kafscale.cluster.virtual.new_topic_layout, under this mapping)."""
+        return new_topic_layout(name, requested, default, configs, self.mapping)
+
     async def create(self, name: str, partitions: int, shard_ids: Sequence[int],
-                     configs: dict[str, Any] | None = None, validate_only: bool = False) -> TopicInfo:
+                     configs: dict[str, Any] | None = None, validate_only: bool = False,
+                     physical: int = 0) -> TopicInfo:
         """A new topic, its partitions spread over shard_ids (the live shards: the controller balances
-        later, so creation never waits for it)."""
-        info = TopicInfo(name, uuid.uuid4(), partitions, spread(name, partitions, shard_ids), dict(configs or {}),
-                         int(time.time() * 1000), [0] * partitions)
+        later, so creation never waits for it). physical: the physical partitions of a topic with virtual
+        partitions (0: none); each physical partition's virtual ones are placed together."""
+        units = spread(name, physical or partitions, shard_ids)
+        placement = [units[p % len(units)] for p in range(partitions)]
+        info = TopicInfo(name, uuid.uuid4(), partitions, placement, dict(configs or {}),
+                         int(time.time() * 1000), [0] * partitions, physical)
         if validate_only:
             if await self.get(name) is not None:
                 raise TopicExistsError(name)

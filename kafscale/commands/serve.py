@@ -16,12 +16,15 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kafscale.cluster.virtual import MappingError, VirtualMapping
     from kafscale.logs import setup_logging
     from kafscale.runtime.serve import serve
 
     try:
         settings = config.load(args)
-    except config.ConfigError as e:
+        if settings.virtual_partitions_mapping:  # refused here, before any shard starts on it
+            VirtualMapping.load(settings.virtual_partitions_mapping)
+    except (config.ConfigError, MappingError) as e:
         print(f"kafscale: {e}", file=sys.stderr)
         return 2
     setup_logging(settings.log_level, settings.log_json)

@@ -39,7 +39,7 @@ class LoadMeter:
         """Rates since the previous sample (an owner opened meanwhile counts from zero)."""
         now, cpu, requests = self._clock(), self._cpu_clock(), self._requests()
         elapsed = max(now - self._at, 1e-6)
-        parts: list[PartitionLoad] = []
+        rates: dict[tuple[str, int], tuple[float, float]] = {}
         seen: dict[tuple[str, int], tuple[int, int]] = {}
         for p in self._stats().partitions:
             key = (p.topic, p.partition)
@@ -47,8 +47,12 @@ class LoadMeter:
             if p.bytes_in < before_in or p.bytes_out < before_out:  # a new owner: its counters restarted
                 before_in = before_out = 0
             seen[key] = (p.bytes_in, p.bytes_out)
-            parts.append(PartitionLoad(p.topic, p.partition, (p.bytes_in - before_in) / elapsed,
-                                       (p.bytes_out - before_out) / elapsed))
+            # By what moves: a physical partition's virtual partitions are one load, as they are one move.
+            unit = (p.topic, p.unit if p.unit >= 0 else p.partition)
+            rate_in, rate_out = rates.get(unit, (0.0, 0.0))
+            rates[unit] = (rate_in + (p.bytes_in - before_in) / elapsed,
+                           rate_out + (p.bytes_out - before_out) / elapsed)
+        parts = [PartitionLoad(t, u, rate_in, rate_out) for (t, u), (rate_in, rate_out) in rates.items()]
         self.latest = ShardLoad(
             shard_id=self.shard_id, busy=(cpu - self._cpu) / elapsed / self._cpus,
             bytes_in=sum(p.bytes_in for p in parts), bytes_out=sum(p.bytes_out for p in parts),

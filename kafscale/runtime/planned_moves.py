@@ -54,6 +54,7 @@ async def move_partition(meta: MetadataStore, topic: str, partition: int, target
         raise ValueError(f"no partition {topic}-{partition}")
     if target not in await store.live_shards(meta):
         raise ValueError(f"shard {target} is not live")
+    partition = info.unit_of(partition)  # a virtual partition moves with its physical partition's others
     source = info.placement[partition]
     if source == target:
         return {"topic": topic, "partition": partition, "from": source, "to": target, "moved": False, "seconds": 0.0}

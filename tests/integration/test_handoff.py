@@ -67,3 +67,14 @@ async def test_a_request_within_its_deadline_is_refused_retriably_not_lost(core:
     await asyncio.sleep(HOLD_S)
     after = await core.produce("moving", 0, record_batch(b"b"), acks=-1, timeout_ms=5000)
     assert (after.error, after.base_offset) == (0, 1)
+
+
+async def test_releasing_a_virtual_partition_releases_its_physical_partitions_others(core: ShardCore) -> None:
+    await core.topics.create("virtual", 6, [0], physical=2)
+    for p in range(6):
+        assert (await core.produce("virtual", p, record_batch(b"x"), acks=-1, timeout_ms=5000)).error == 0
+    await core.release("virtual", 3)  # physical partition 1: virtual partitions 1, 3 and 5
+    loop = asyncio.get_running_loop()
+    for p in range(6):
+        route = await core.route("virtual", p, deadline=loop.time() + 0.1)
+        assert isinstance(route, Refused) == (p % 2 == 1), (p, route)

@@ -67,3 +67,14 @@ def test_partition_busy_shares_the_shards_busy_by_bytes() -> None:
     assert load.partition_busy() == pytest.approx({("a", 0): 0.6, ("a", 1): 0.2})
     idle = ShardLoad(1, 0.1, 0.0, 0.0, 0.0, 2.0, (PartitionLoad("a", 0, 0.0, 0.0),))
     assert idle.partition_busy() == {("a", 0): 0.0}
+
+
+def test_a_physical_partitions_virtual_partitions_are_one_load() -> None:
+    c = Clocks()
+    m = meter(c)
+    c.parts = [PartitionStats("v", 0, 0, 0, bytes_in=1_000, unit=0), PartitionStats("v", 2, 0, 0, 3_000, 100, unit=0),
+               PartitionStats("v", 1, 0, 0, bytes_in=500, unit=1)]
+    c.wall += 1.0
+    load = m.sample()
+    assert sorted(load.partitions, key=lambda p: p.partition) == [PartitionLoad("v", 0, 4_000.0, 100.0),
+                                                                   PartitionLoad("v", 1, 500.0, 0.0)]

@@ -64,3 +64,19 @@ async def test_the_layout_shows_nodes_shards_partitions_and_groups_even_of_a_sha
     assert len(a["group_slots"]) + len(b["group_slots"]) == GROUP_SLOTS
     owner = a if group_slot("g/1") in a["group_slots"] else b
     assert owner["groups"] == ["g/1"]
+
+
+async def test_a_physical_partitions_virtual_partitions_are_placed_and_moved_together(meta: EmbeddedStore) -> None:
+    info = await TopicRegistry(meta).create("v", 12, [0, 1, 2], physical=3)
+    assert info.units == 3 and info.lanes(1) == [1, 4, 7, 10] and info.unit_of(10) == 1
+    assert all(info.placement[p] == info.placement[p % 3] for p in range(12))
+    assert set(info.placement[:3]) == {0, 1, 2}
+    placed = store.partition_assignment(await store.topics(meta))
+    assert placed == {("v", u): info.placement[u] for u in range(3)}  # what moves: the physical partitions
+    source = info.placement[1]
+    target = next(s for s in (0, 1, 2) if s != source)
+    assert await store.write_moves(meta, [Move(("v", 1), source, target)]) == [Move(("v", 1), source, target)]
+    moved = (await store.topics(meta))["v"]
+    assert [moved.placement[p] for p in (1, 4, 7, 10)] == [target] * 4
+    assert [moved.leader_epochs[p] for p in range(12)] == [1 if p % 3 == 1 else 0 for p in range(12)]
+    assert [moved.placement[p] for p in range(12) if p % 3 != 1] == [info.placement[p] for p in range(12) if p % 3 != 1]

@@ -42,6 +42,9 @@ TOPIC_CONFIGS: dict[str, tuple[str, int, str]] = {
     "message.timestamp.type": ("log.message.timestamp.type", TYPE_STRING,
                                "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's."),
     "max.message.bytes": ("message.max.bytes", TYPE_INT, "Largest record batch accepted."),
+    topic_configs.VIRTUAL_PARTITIONS: (topic_configs.VIRTUAL_PARTITIONS, TYPE_INT,
+                                       "The partitions clients see, over the topic's physical partitions; set at "
+                                       "creation."),
 }
 
 
@@ -72,8 +75,12 @@ def topic_defaults(broker: Broker) -> dict[str, str]:
 def topic_entries(broker: Broker, configs: dict[str, str]) -> list[ConfigEntry]:
     defaults = topic_defaults(broker)
     entries = []
-    for name in sorted(defaults):
+    for name in sorted(defaults.keys() | configs.keys() & topic_configs.VALIDATORS.keys()):
         synonym, kind, doc = TOPIC_CONFIGS.get(name, (name, TYPE_STRING, None))
+        if name not in defaults:  # set at creation, with no default (kafscale.virtual.partitions)
+            entries.append(ConfigEntry(name, configs[name], SOURCE_DYNAMIC_TOPIC, read_only=True, config_type=kind,
+                                       documentation=doc, synonyms=((name, configs[name], SOURCE_DYNAMIC_TOPIC),)))
+            continue
         default = (synonym, defaults[name], SOURCE_DEFAULT)
         if name in configs:
             entries.append(ConfigEntry(name, configs[name], SOURCE_DYNAMIC_TOPIC, config_type=kind, documentation=doc,
@@ -140,8 +147,12 @@ async def alter_topic(broker: Broker, name: str, change: dict[str, str | None], 
                       validate_only: bool) -> None:
     """Set (value) or remove (None) topic configs; replace=True drops every config not named (AlterConfigs).
     Raises ConfigProblem with Kafka's error code."""
-    if await broker.topics.get(name) is None:
+    current = await broker.topics.get(name)
+    if current is None:
         raise ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+    for key in topic_configs.FIXED_AT_CREATION & change.keys():
+        if change[key] != current.configs.get(key):
+            raise ConfigProblem(ErrorCode.invalid_config, f"topic config {key!r} is set at creation and cannot change")
     problem = topic_configs.validate({k: v for k, v in change.items() if v is not None or replace})
     if problem is None:
         unknown = [k for k, v in change.items() if v is None and k not in topic_configs.VALIDATORS]
@@ -153,7 +164,8 @@ async def alter_topic(broker: Broker, name: str, change: dict[str, str | None], 
         return
 
     def apply(info: TopicInfo) -> TopicInfo:
-        configs = {} if replace else dict(info.configs)
+        fixed = {k: v for k, v in info.configs.items() if k in topic_configs.FIXED_AT_CREATION}
+        configs = dict(fixed) if replace else dict(info.configs)
         for key, value in change.items():
             if value is None:
                 configs.pop(key, None)

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from kafscale.broker.interface import Broker
 from kafscale.cluster import topic_configs
 from kafscale.cluster.topics import TopicExistsError, topic_name_problem
+from kafscale.cluster.virtual import MappingError, OutOfRangeError
 from kafscale.security.acl import Operation, ResourceType
 from kafscale.server.handlers.common import NO_THROTTLE, allowed, allowed_on_cluster, make, response_module
 from kafscale.server.router import RequestContext
@@ -26,10 +27,8 @@ async def create(broker: Broker, topic: Any, validate_only: bool) -> tuple[Error
         return ErrorCode.invalid_topic_exception, problem, None
     if topic.assignments:
         return ErrorCode.invalid_request, "manual replica assignment is not supported", None
-    partitions = int(topic.num_partitions)
-    if partitions == -1:
-        partitions = broker.config.default_partitions
-    if not 0 < partitions <= MAX_PARTITIONS:
+    requested = None if int(topic.num_partitions) == -1 else int(topic.num_partitions)
+    if requested is not None and not 0 < requested <= MAX_PARTITIONS:
         return ErrorCode.invalid_partitions, f"number of partitions must be 1..{MAX_PARTITIONS}", None
     if int(topic.replication_factor) == 0 or int(topic.replication_factor) < -1:
         return ErrorCode.invalid_replication_factor, "replication factor must be -1 or positive", None
@@ -38,7 +37,16 @@ async def create(broker: Broker, topic: Any, validate_only: bool) -> tuple[Error
     if problem:
         return ErrorCode.invalid_config, problem, None
     try:
-        info = await broker.topics.create(name, partitions, broker.placement.accepting_ids(), configs, validate_only)
+        layout = broker.topics.layout(name, requested, broker.config.default_partitions, configs)
+    except MappingError as e:
+        return ErrorCode.invalid_config, str(e), None
+    except OutOfRangeError as e:
+        return ErrorCode.invalid_partitions, str(e), None
+    if layout.partitions > MAX_PARTITIONS:
+        return ErrorCode.invalid_partitions, f"number of partitions must be 1..{MAX_PARTITIONS}", None
+    try:
+        info = await broker.topics.create(name, layout.partitions, broker.placement.accepting_ids(), layout.configs,
+                                          validate_only, physical=layout.physical)
     except TopicExistsError as e:
         if e.deleting:  # as Kafka answers for a topic marked for deletion: retry once it is gone
             return ErrorCode.topic_already_exists, f"topic {name!r} is marked for deletion", None

@@ -50,8 +50,10 @@ async def resolve(broker: Broker, ctx: RequestContext, name: str,
     if not (allowed_on_cluster(broker, ctx, Operation.CREATE)
             or allowed(broker, ctx, Operation.CREATE, ResourceType.TOPIC, name)):
         return ErrorCode.topic_authorization_failed, None
+    layout = broker.topics.layout(name, None, broker.config.default_partitions, {})
     with contextlib.suppress(TopicExistsError):
-        await broker.topics.create(name, broker.config.default_partitions, broker.placement.accepting_ids())
+        await broker.topics.create(name, layout.partitions, broker.placement.accepting_ids(), layout.configs,
+                                   physical=layout.physical)
     # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
     return ErrorCode.none, await broker.topics.get(name)
 

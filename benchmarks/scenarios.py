@@ -32,6 +32,7 @@ from benchmarks.common import (
 from benchmarks.metadata_scale import metadata_scale
 from benchmarks.security import security
 from benchmarks.soak import soak
+from benchmarks.virtual_partitions import virtual
 
 GiB = 1024 * MiB
 
@@ -543,6 +544,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "autoscale": autoscale,
     "security": security,
     "soak": soak,
+    "virtual": virtual,
 }
 
 ALIASES = {"e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup", "catch_up": "catchup"}

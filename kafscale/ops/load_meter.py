@@ -87,9 +87,9 @@ class LoadCollector:
         yield GaugeMetricFamily("kafscale_shard_requests_per_second", "Kafka requests answered per second",
                                 value=load.requests)
         rate_in = GaugeMetricFamily("kafscale_partition_bytes_in_per_second", "Record batch bytes produced per"
-                                    " second, per partition led here", labels=["topic", "partition"])
+                                    " second, per (physical) partition led here", labels=["topic", "partition"])
         rate_out = GaugeMetricFamily("kafscale_partition_bytes_out_per_second", "Record batch bytes fetched per"
-                                     " second, per partition led here", labels=["topic", "partition"])
+                                     " second, per (physical) partition led here", labels=["topic", "partition"])
         for p in load.partitions:
             rate_in.add_metric([p.topic, str(p.partition)], p.bytes_in)
             rate_out.add_metric([p.topic, str(p.partition)], p.bytes_out)

@@ -143,3 +143,13 @@ def test_a_corrupt_segment_fails_the_job_or_is_skipped_and_counted(
     skipped = count_data_loss(str(lost))
     assert [s["key"] for s in skipped] == [key]
     assert skipped[0]["offsets"] == [victim.base, victim.last + 1]
+
+
+def test_a_topic_with_virtual_partitions_is_read_by_virtual_partition(spark: Any,
+                                                                      deployment_embedded: Deployment) -> None:
+    topic = unique_topic("virtual")
+    create_topic(deployment_embedded.bootstrap, topic, 2, {"kafscale.virtual.partitions": "6"})
+    produce(deployment_embedded.bootstrap, topic, random_messages(300, seed=7, start_ms=T0), partitions=6)
+    expected = consume_all(deployment_embedded.bootstrap, topic, 6)
+    assert len(expected) == 300 and {r.partition for r in expected} == set(range(6))
+    assert spark_records(kafscale_df(spark, deployment_embedded, topic=topic)) == expected

@@ -1,0 +1,113 @@
+"""Pack objects (``pack-….kfp``): one flush of a physical partition's virtual partitions (lanes) in one object.
+
+Layout (big-endian; docs/format.md has the byte table):
+
+    lane 1 segment   a segment object as segment.py writes it (header, batches, footer)
+    lane 1 index     an index object as index.py writes it, for that segment
+    lane 2 segment
+    lane 2 index
+    …
+    trailer          b"PKT1" · i32 lane count · per lane: i32 lane · i64 segment position · i32 segment size
+                     · i32 index size · u32 CRC32C of the trailer so far · i32 trailer size · b"PACK"
+
+Each lane's bytes are contiguous and byte-identical to the segment and index objects a plain partition writes, so
+a lane is read as a byte range of the pack with the same code (and the same checks) as a segment object, and a
+fetch never reads another lane's records. The trailer makes a pack self-describing: rebuilding metadata from the
+object store alone reads the last bytes of each pack to find its lanes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from kafscale.storage.batch import CorruptSegmentError
+from kafscale.storage.segment import BuiltSegment
+
+TRAILER_MAGIC = b"PKT1"
+END_MAGIC = b"PACK"
+_COUNT = struct.Struct(">4si")
+_LANE = struct.Struct(">iqii")
+_END = struct.Struct(">Ii4s")
+# A reader fetches this many bytes from the end first: the whole trailer of a pack of up to ~340 lanes.
+TAIL_READ = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class PackedLane:
+    """Where one lane's segment and its index lie in a pack."""
+
+    lane: int
+    position: int  # of the segment's first byte
+    size: int  # of the segment
+    index_size: int  # the index follows the segment at position + size
+
+    @property
+    def index_position(self) -> int:
+        return self.position + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltPack:
+    data: bytes
+    lanes: list[PackedLane]
+
+
+def build_pack(segments: Sequence[tuple[int, BuiltSegment]]) -> BuiltPack:
+    """One object from each lane's built segment, in the order given: (lane, segment) pairs, each lane once."""
+    if not segments:
+        raise ValueError("a pack holds at least one lane")
+    seen = [lane for lane, _ in segments]
+    if len(set(seen)) != len(seen):
+        raise ValueError(f"a lane is packed twice: {seen}")
+    parts: list[bytes] = []
+    lanes: list[PackedLane] = []
+    position = 0
+    for lane, built in segments:
+        lanes.append(PackedLane(lane, position, len(built.data), len(built.index)))
+        parts += (built.data, built.index)
+        position += len(built.data) + len(built.index)
+    trailer = bytearray(_COUNT.pack(TRAILER_MAGIC, len(lanes)))
+    for p in lanes:
+        trailer += _LANE.pack(p.lane, p.position, p.size, p.index_size)
+    trailer += _END.pack(crc32c(bytes(trailer)), len(trailer) + _END.size, END_MAGIC)
+    parts.append(bytes(trailer))
+    return BuiltPack(b"".join(parts), lanes)
+
+
+def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> list[PackedLane]:
+    """The lanes of a pack of object_size bytes, from its last bytes (`tail`, at least the trailer; TAIL_READ
+    bytes from the end hold it for packs of up to ~340 lanes). Raises CorruptSegmentError naming the object."""
+    if len(tail) < _COUNT.size + _END.size or len(tail) > object_size:
+        raise CorruptSegmentError(f"pack tail of {len(tail)} bytes cannot hold a trailer", key=key)
+    crc, size, end = _END.unpack_from(tail, len(tail) - _END.size)
+    if end != END_MAGIC:
+        raise CorruptSegmentError(f"pack ends with {end!r}, not {END_MAGIC!r}", key=key,
+                                  position=object_size - 4)
+    if not _COUNT.size + _END.size <= size <= len(tail):
+        raise CorruptSegmentError(f"pack trailer of {size} bytes does not fit the {len(tail)} read", key=key,
+                                  position=object_size - 8)
+    start = len(tail) - size
+    body = tail[start:len(tail) - _END.size]
+    if crc32c(body) != crc:
+        raise CorruptSegmentError("pack trailer CRC mismatch", key=key, position=object_size - _END.size)
+    magic, count = _COUNT.unpack_from(body, 0)
+    if magic != TRAILER_MAGIC or count < 1 or len(body) != _COUNT.size + count * _LANE.size:
+        raise CorruptSegmentError(f"pack trailer {magic!r} with {count} lanes in {len(body)} bytes", key=key,
+                                  position=object_size - size)
+    lanes = [PackedLane(*_LANE.unpack_from(body, _COUNT.size + i * _LANE.size)) for i in range(count)]
+    end_of_lanes = object_size - size
+    expected = 0
+    for p in lanes:
+        if p.position != expected or p.size <= 0 or p.index_size < 0:
+            raise CorruptSegmentError(f"pack lane {p.lane} at {p.position} (+{p.size}, index {p.index_size}) does "
+                                      f"not follow the previous one at {expected}", key=key,
+                                      position=object_size - size)
+        expected = p.index_position + p.index_size
+    if expected != end_of_lanes:
+        raise CorruptSegmentError(f"pack lanes end at {expected}, the trailer starts at {end_of_lanes}", key=key,
+                                  position=object_size - size)
+    return lanes

@@ -217,15 +217,18 @@ class ShardCore:
 
     async def release(self, topic: str, partition: int) -> int:
         """A planned move's first half: stop taking appends, flush and commit, let go. Returns the end offset
-        committed (-1: not led here). Requests get NOT_LEADER_OR_FOLLOWER until placement names the successor."""
+        committed (-1: not led here). Requests get NOT_LEADER_OR_FOLLOWER until placement names the successor.
+        A virtual partition's physical partition goes as a whole: all of its virtual partitions are let go."""
         info = self.topics.topics.get(topic)
         if info is None or partition >= info.partitions or not self._leads(info, partition):
             return -1
         lanes = info.lanes(info.unit_of(partition))  # a physical partition's virtual partitions go together
         for lane in lanes:
             self.handoffs.release((topic, lane))
-        owners = await asyncio.gather(*(self.owner_table.release(topic, lane) for lane in lanes))
-        return owners[0].high_watermark if owners[0] is not None else -1
+        owners = dict(zip(lanes, await asyncio.gather(*(self.owner_table.release(topic, lane) for lane in lanes)),
+                          strict=True))
+        owner = owners[partition]
+        return owner.high_watermark if owner is not None else -1
 
     def _topic_configs(self, topic: str) -> dict[str, Any]:
         info = self.topics.topics.get(topic)

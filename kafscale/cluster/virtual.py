@@ -34,7 +34,7 @@ import yaml
 
 DEFAULT_OFFSET_RANGE = 1 << 40
 MIN_OFFSET_RANGE = 1 << 20
-MAX_PARTITIONS = 1 << 20
+MAX_PARTITIONS = 100_000  # partitions a topic may have (CreateTopics refuses more), virtual ones included
 
 
 class MappingError(ValueError):
@@ -118,6 +118,8 @@ def layout_problem(physical: int, virtual: int, offset_range: int = DEFAULT_OFFS
         return f"virtual partitions ({virtual}) must be a multiple of physical partitions ({physical})"
     if offset_range < MIN_OFFSET_RANGE:
         return f"offset range must be at least 2^20 ({MIN_OFFSET_RANGE}), got {offset_range}"
+    if virtual // physical * offset_range > 2**63:
+        return f"{virtual // physical} offset ranges of {offset_range} do not fit a 64-bit offset"
     return None
 
 
@@ -131,13 +133,17 @@ class VirtualMapping:
     patterns: tuple[tuple[re.Pattern[str], VirtualLayout], ...] = ()
 
     def layout_for(self, topic: str) -> VirtualLayout | None:
+        return self.named(topic) or self.default
+
+    def named(self, topic: str) -> VirtualLayout | None:
+        """The layout of the entry naming the topic, exactly or by pattern (the default names none)."""
         for name, layout in self.exact:
             if name == topic:
                 return layout
         for pattern, layout in self.patterns:
             if pattern.fullmatch(topic):
                 return layout
-        return self.default
+        return None
 
     @classmethod
     def load(cls, path: str | Path) -> VirtualMapping:
@@ -161,6 +167,8 @@ class VirtualMapping:
         section = doc["mapping"]
         _only(section, {"virtual_partitions", "physical_partitions", "offset_range", "topics"}, "mapping")
         offset_range = _int(section.get("offset_range", DEFAULT_OFFSET_RANGE), "mapping.offset_range")
+        if offset_range < MIN_OFFSET_RANGE:
+            raise MappingError(f"mapping.offset_range must be at least 2^20 ({MIN_OFFSET_RANGE}), got {offset_range}")
         default = None
         if "virtual_partitions" in section or "physical_partitions" in section:
             default = _layout(section, offset_range, "the default")
@@ -220,22 +228,28 @@ class NewTopicLayout:
 
 def new_topic_layout(name: str, requested: int | None, default: int, configs: dict[str, str],
                      mapping: VirtualMapping | None) -> NewTopicLayout:
-    """How a new topic is laid out. requested: the partition count asked for (None: not given). An explicit
-    TOPIC_CONFIG makes the requested count physical; else a mapping entry for the name applies, and the count
-    asked for, if any, must be its physical or its virtual count. Raises MappingError (the config's problem) or
-    OutOfRangeError (a count the mapping contradicts)."""
+    """How a new topic is laid out. requested: the partition count asked for (None: not given).
+
+    An explicit TOPIC_CONFIG makes the requested count physical. Else an entry naming the topic applies, and a
+    count asked for must be its physical or its virtual count. Else the mapping's default applies to a topic
+    asked for with no count or with one of its counts (a request naming another count gets a plain topic: the
+    default is a default, as num.partitions is). Raises MappingError (the config's problem) or OutOfRangeError
+    (a count an entry naming the topic contradicts)."""
     if TOPIC_CONFIG in configs:
         physical = requested or default
-        virtual = int(configs[TOPIC_CONFIG])
+        try:
+            virtual = int(configs[TOPIC_CONFIG])
+        except ValueError as e:
+            raise MappingError(f"{TOPIC_CONFIG}={configs[TOPIC_CONFIG]!r}: expected an integer") from e
         problem = layout_problem(physical, virtual)
         if problem:
             raise MappingError(f"{TOPIC_CONFIG}={virtual} over {physical} partitions: {problem}")
-        return NewTopicLayout(virtual, physical if virtual != physical else 0, configs)
-    layout = mapping.layout_for(name) if mapping is not None else None
-    if layout is None:
+        return NewTopicLayout(virtual, physical, {**configs, TOPIC_CONFIG: str(virtual)})
+    named = mapping.named(name) if mapping is not None else None
+    layout = named or (mapping.default if mapping is not None else None)
+    if layout is None or (named is None and requested not in (None, layout.physical, layout.virtual)):
         return NewTopicLayout(requested or default, 0, configs)
-    if requested is not None and requested not in (layout.physical, layout.virtual):
+    if requested not in (None, layout.physical, layout.virtual):
         raise OutOfRangeError(f"the virtual partition mapping gives topic {name!r} {layout.virtual} partitions over "
                               f"{layout.physical} physical ones: ask for either count, or none, not {requested}")
-    physical = layout.physical if layout.virtual != layout.physical else 0
-    return NewTopicLayout(layout.virtual, physical, {**configs, TOPIC_CONFIG: str(layout.virtual)})
+    return NewTopicLayout(layout.virtual, layout.physical, {**configs, TOPIC_CONFIG: str(layout.virtual)})

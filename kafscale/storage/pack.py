@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from kafscale.storage.batch import CorruptSegmentError
-from kafscale.storage.segment import BuiltSegment
+from kafscale.storage.index import INDEX_HEADER_SIZE
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, BuiltSegment
 
 TRAILER_MAGIC = b"PKT1"
 END_MAGIC = b"PACK"
 _COUNT = struct.Struct(">4si")
 _LANE = struct.Struct(">iqii")
 _END = struct.Struct(">Ii4s")
-# A reader fetches this many bytes from the end first: the whole trailer of a pack of up to ~340 lanes.
+# A reader fetches this many bytes from the end first: the whole trailer of a pack of up to 408 lanes (a larger
+# one says how many bytes its trailer needs).
 TAIL_READ = 8192
 
 
@@ -78,18 +80,29 @@ def build_pack(segments: Sequence[tuple[int, BuiltSegment]]) -> BuiltPack:
     return BuiltPack(b"".join(parts), lanes)
 
 
+class TrailerBeyondTail(Exception):
+    """The trailer is longer than the bytes read from the end: read `size` bytes from the end and parse again."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"the pack trailer needs the last {size} bytes")
+        self.size = size
+
+
 def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> list[PackedLane]:
-    """The lanes of a pack of object_size bytes, from its last bytes (`tail`, at least the trailer; TAIL_READ
-    bytes from the end hold it for packs of up to ~340 lanes). Raises CorruptSegmentError naming the object."""
+    """The lanes of a pack of object_size bytes, from its last bytes (`tail`; the last TAIL_READ bytes hold the
+    trailer of a pack of up to 408 lanes). Raises TrailerBeyondTail when the trailer is longer than `tail`, and
+    CorruptSegmentError naming the object for anything damaged."""
     if len(tail) < _COUNT.size + _END.size or len(tail) > object_size:
         raise CorruptSegmentError(f"pack tail of {len(tail)} bytes cannot hold a trailer", key=key)
     crc, size, end = _END.unpack_from(tail, len(tail) - _END.size)
     if end != END_MAGIC:
         raise CorruptSegmentError(f"pack ends with {end!r}, not {END_MAGIC!r}", key=key,
                                   position=object_size - 4)
-    if not _COUNT.size + _END.size <= size <= len(tail):
-        raise CorruptSegmentError(f"pack trailer of {size} bytes does not fit the {len(tail)} read", key=key,
-                                  position=object_size - 8)
+    if not _COUNT.size + _END.size <= size <= object_size:
+        raise CorruptSegmentError(f"pack trailer of {size} bytes does not fit the object of {object_size}",
+                                  key=key, position=object_size - 8)
+    if size > len(tail):
+        raise TrailerBeyondTail(size)
     start = len(tail) - size
     body = tail[start:len(tail) - _END.size]
     if crc32c(body) != crc:
@@ -101,8 +114,12 @@ def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> list
     lanes = [PackedLane(*_LANE.unpack_from(body, _COUNT.size + i * _LANE.size)) for i in range(count)]
     end_of_lanes = object_size - size
     expected = 0
+    if len({p.lane for p in lanes}) != len(lanes) or any(p.lane < 0 for p in lanes):
+        raise CorruptSegmentError(f"pack lanes {[p.lane for p in lanes]} are not distinct lanes", key=key,
+                                  position=object_size - size)
     for p in lanes:
-        if p.position != expected or p.size <= 0 or p.index_size < 0:
+        if (p.position != expected or p.size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE
+                or p.index_size < INDEX_HEADER_SIZE):
             raise CorruptSegmentError(f"pack lane {p.lane} at {p.position} (+{p.size}, index {p.index_size}) does "
                                       f"not follow the previous one at {expected}", key=key,
                                       position=object_size - size)

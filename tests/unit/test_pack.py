@@ -3,11 +3,15 @@ cut trailer is refused naming the object."""
 
 from __future__ import annotations
 
+import struct
+from typing import Any
+
 import pytest
+from crc32c import crc32c
 
 from kafscale.storage.batch import CorruptSegmentError, set_base_offset
 from kafscale.storage.index import SegmentIndex
-from kafscale.storage.pack import TAIL_READ, build_pack, parse_trailer
+from kafscale.storage.pack import TAIL_READ, TrailerBeyondTail, build_pack, parse_trailer
 from kafscale.storage.segment import BuiltSegment, SegmentReader, build_segment
 from tests.unit.fake_broker import record_batch
 
@@ -50,5 +54,30 @@ def test_every_damaged_or_cut_trailer_byte_is_refused_naming_the_object() -> Non
     for cut in range(1, trailer_size + 1):
         with pytest.raises(CorruptSegmentError):
             parse_trailer(pack[:-cut], len(pack) - cut, key="k")
-    with pytest.raises(CorruptSegmentError, match="does not fit"):
+    with pytest.raises(TrailerBeyondTail) as short:
         parse_trailer(pack[-24:], len(pack), key="k")  # a tail read too short for the whole trailer
+    assert short.value.size == trailer_size
+    assert parse_trailer(pack[-short.value.size:], len(pack)) == parse_trailer(pack, len(pack))
+
+
+def _with_lanes(pack: bytes, lanes: list[tuple[int, int, int, int]]) -> bytes:
+    """The pack's lane bytes under a trailer listing `lanes`, its CRC right: what only the structure checks catch."""
+    trailer_size = int.from_bytes(pack[-8:-4], "big")
+    trailer = struct.pack(">4si", b"PKT1", len(lanes)) + b"".join(struct.pack(">iqii", *lane) for lane in lanes)
+    return pack[:-trailer_size] + trailer + struct.pack(">Ii4s", crc32c(trailer), len(trailer) + 12, b"PACK")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda ls: [ls[0], (ls[0][0], *ls[1][1:])], "not distinct lanes"),
+    (lambda ls: [(-1, *ls[0][1:]), ls[1]], "not distinct lanes"),
+    (lambda ls: [ls[0], (ls[1][0], ls[1][1] + 1, ls[1][2] - 1, ls[1][3])], "does not follow"),
+    (lambda ls: [ls[0], (ls[1][0], ls[1][1], ls[1][2], ls[1][3] - 1)], "lanes end at"),
+    (lambda ls: [ls[0]], "lanes end at"),
+    (lambda ls: [(ls[0][0], 0, 40, ls[0][2] + ls[0][3] - 40), ls[1]], "does not follow"),
+])
+def test_a_trailer_whose_lanes_do_not_tile_the_object_is_refused(change: Any, message: str) -> None:
+    built = build_pack([(0, _segment(0, b"a")), (5, _segment(0, b"b"))])
+    lanes = [(p.lane, p.position, p.size, p.index_size) for p in built.lanes]
+    with pytest.raises(CorruptSegmentError, match=message):
+        damaged = _with_lanes(built.data, change(lanes))
+        parse_trailer(damaged, len(damaged), key="k")

@@ -80,3 +80,13 @@ async def test_a_physical_partitions_virtual_partitions_are_placed_and_moved_tog
     assert [moved.placement[p] for p in (1, 4, 7, 10)] == [target] * 4
     assert [moved.leader_epochs[p] for p in range(12)] == [1 if p % 3 == 1 else 0 for p in range(12)]
     assert [moved.placement[p] for p in range(12) if p % 3 != 1] == [info.placement[p] for p in range(12) if p % 3 != 1]
+
+
+async def test_a_move_naming_a_virtual_partition_moves_its_physical_partition(meta: EmbeddedStore) -> None:
+    info = await TopicRegistry(meta).create("v", 6, [0, 1], physical=2)
+    source = info.placement[1]
+    target = 1 - source
+    assert await store.write_moves(meta, [Move(("v", 5), source, target)]) == [Move(("v", 5), source, target)]
+    moved = (await store.topics(meta))["v"]
+    assert [moved.placement[p] for p in (1, 3, 5)] == [target] * 3
+    assert [moved.placement[p] for p in (0, 2, 4)] == [info.placement[0]] * 3

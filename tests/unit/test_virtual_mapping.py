@@ -12,10 +12,13 @@ from hypothesis import strategies as st
 from kafscale.cluster.virtual import (
     DEFAULT_OFFSET_RANGE,
     MIN_OFFSET_RANGE,
+    TOPIC_CONFIG,
     MappingError,
+    NewTopicLayout,
     OutOfRangeError,
     VirtualLayout,
     VirtualMapping,
+    new_topic_layout,
 )
 
 
@@ -171,3 +174,50 @@ def test_a_bad_mapping_file_is_refused_naming_the_entry(tmp_path: Path, text: st
 def test_a_missing_mapping_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MappingError, match="cannot read virtual partition mapping"):
         VirtualMapping.load(tmp_path / "absent.yaml")
+
+
+NAMED_AND_DEFAULT = VirtualMapping.parse({"mapping": {
+    "virtual_partitions": 20, "physical_partitions": 4,
+    "topics": {"orders": {"virtual_partitions": 12, "physical_partitions": 3}}}})
+
+
+@pytest.mark.parametrize(("name", "requested", "configs", "expected"), [
+    # an explicit config: the count asked for (or the broker's default) is physical; the value is normalised
+    ("any", 2, {TOPIC_CONFIG: "08"}, NewTopicLayout(8, 2, {TOPIC_CONFIG: "8"})),
+    ("any", None, {TOPIC_CONFIG: "5"}, NewTopicLayout(5, 5, {TOPIC_CONFIG: "5"})),  # V == P: still fixed
+    ("orders", 2, {TOPIC_CONFIG: "6"}, NewTopicLayout(6, 2, {TOPIC_CONFIG: "6"})),  # it wins over the file
+    # an entry naming the topic: no count, or either of its counts
+    ("orders", None, {}, NewTopicLayout(12, 3, {TOPIC_CONFIG: "12"})),
+    ("orders", 3, {"retention.ms": "1"}, NewTopicLayout(12, 3, {"retention.ms": "1", TOPIC_CONFIG: "12"})),
+    ("orders", 12, {}, NewTopicLayout(12, 3, {TOPIC_CONFIG: "12"})),
+    # the default: no count or one of its counts; any other count asked for is a plain topic
+    ("other", None, {}, NewTopicLayout(20, 4, {TOPIC_CONFIG: "20"})),
+    ("other", 4, {}, NewTopicLayout(20, 4, {TOPIC_CONFIG: "20"})),
+    ("other", 7, {}, NewTopicLayout(7, 0, {})),
+])
+def test_a_new_topics_layout(name: str, requested: int | None, configs: dict[str, str],
+                             expected: NewTopicLayout) -> None:
+    assert new_topic_layout(name, requested, 5, configs, NAMED_AND_DEFAULT) == expected
+
+
+def test_a_new_topics_layout_without_a_mapping_is_plain() -> None:
+    assert new_topic_layout("t", None, 3, {}, None) == NewTopicLayout(3, 0, {})
+    assert new_topic_layout("t", 6, 3, {}, None) == NewTopicLayout(6, 0, {})
+
+
+def test_a_count_an_entry_contradicts_is_refused_naming_it() -> None:
+    with pytest.raises(OutOfRangeError, match="gives topic 'orders' 12 partitions over 3 physical"):
+        new_topic_layout("orders", 5, 1, {}, NAMED_AND_DEFAULT)
+    with pytest.raises(MappingError, match="expected an integer"):
+        new_topic_layout("t", 2, 1, {TOPIC_CONFIG: "many"}, None)
+    with pytest.raises(MappingError, match="must be a multiple"):
+        new_topic_layout("t", 4, 1, {TOPIC_CONFIG: "10"}, None)
+    with pytest.raises(MappingError, match="virtual partitions must be"):
+        new_topic_layout("t", 10, 1, {TOPIC_CONFIG: str(10 * 20_000)}, None)  # beyond a topic's partition limit
+
+
+def test_a_mapping_whose_offset_ranges_overflow_64_bits_is_refused() -> None:
+    with pytest.raises(MappingError, match="do not fit a 64-bit offset"):
+        VirtualLayout(1, 100_000, 1 << 50)
+    with pytest.raises(MappingError, match=r"mapping\.offset_range must be at least"):
+        VirtualMapping.parse({"mapping": {"offset_range": 5}})

@@ -30,9 +30,10 @@ class _Refused(Exception):
 
 def grow(broker: Broker, count: int) -> Any:
     def change(info: TopicInfo) -> TopicInfo:
-        if info.physical:  # growing would move virtual partitions to other physical ones under their data
+        if info.physical:
             raise _Refused(ErrorCode.invalid_partitions, f"Topic has virtual partitions ({info.partitions} over "
-                                                         f"{info.physical} physical): its partition count is fixed.")
+                                                         f"{info.physical} physical): their count is fixed at "
+                                                         "creation.")
         if count < info.partitions:
             raise _Refused(ErrorCode.invalid_partitions, f"Topic currently has {info.partitions} partitions,"
                                                          f" which is higher than the requested {count}.")

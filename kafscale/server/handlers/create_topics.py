@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from kafscale.broker.interface import Broker
 from kafscale.cluster import topic_configs
 from kafscale.cluster.topics import TopicExistsError, topic_name_problem
+from kafscale.cluster.virtual import MAX_PARTITIONS as MAX_PARTITIONS
 from kafscale.cluster.virtual import MappingError, OutOfRangeError
 from kafscale.security.acl import Operation, ResourceType
 from kafscale.server.handlers.common import NO_THROTTLE, allowed, allowed_on_cluster, make, response_module
@@ -17,7 +18,6 @@ from kafscale.server.router import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
 _ZERO_UUID = uuid.UUID(int=0)
-MAX_PARTITIONS = 100_000
 
 
 async def create(broker: Broker, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, Any]:
@@ -70,7 +70,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         configs = ()
         if info is not None and hasattr(mod, "CreatableTopicConfigs"):
             merged = {**topic_configs.DEFAULTS, **info.configs}
-            configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
+            configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v,
+                                 read_only=k in topic_configs.FIXED_AT_CREATION,
                                  config_source=1 if k in info.configs else 5, is_sensitive=False)
                             for k, v in sorted(merged.items()))
         results.append(make(

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kafscale.broker.packer import PackPlace
 from kafscale.broker.producer_state import ProducerEntry
 from kafscale.broker.segment_upload import upload_segment
 from kafscale.cluster import keys
@@ -59,6 +60,14 @@ class Uploaded:
     built: BuiltSegment
     key_epoch: int
     started: float  # monotonic time the upload began, for the flush-duration metric
+    packed: PackPlace | None = None  # a virtual partition's segment: where in which pack
+
+    def meta(self) -> SegmentMeta:
+        """The segment record its commit writes."""
+        if self.packed is None:
+            return SegmentMeta.from_info(self.built.info, self.key_epoch)
+        return SegmentMeta.from_info(self.built.info, 0, self.packed.pack, self.packed.position,
+                                     self.packed.index_size)
 
 
 async def flush_loop(owner: PartitionOwner) -> None:
@@ -115,6 +124,8 @@ async def _upload_pending(owner: PartitionOwner, pending: Pending) -> Uploaded:
     backoff = Backoff(0.05, 2.0)
     while True:
         try:
+            if owner.packer is not None:
+                return Uploaded(built, 0, started, await owner.packer.upload(owner.partition, built))
             key_epoch = await upload_segment(owner.objects, owner.settings.namespace, owner.topic, owner.partition,
                                              owner.epoch, built.info.base_offset, built.data, built.index)
             return Uploaded(built, key_epoch, started)
@@ -157,7 +168,7 @@ async def commit_uploaded(owner: PartitionOwner) -> None:
     for pending, uploaded in ready:
         owner._sealed.popleft()
         owner._sealed_bytes -= pending.nbytes
-        meta = SegmentMeta.from_info(uploaded.built.info, uploaded.key_epoch)
+        meta = uploaded.meta()
         owner.segments.append(meta)
         owner.high_watermark = meta.last + 1
         owner.reader.cache_built(meta, uploaded.built)
@@ -183,8 +194,7 @@ async def _commit_locked(owner: PartitionOwner, ready: list[tuple[Pending, Uploa
     producers: dict[int, ProducerEntry] = {}
     for pending, uploaded in ready:
         info = uploaded.built.info
-        ops.append(Put(keys.segment(owner.topic, owner.partition, info.base_offset),
-                       SegmentMeta.from_info(info, uploaded.key_epoch).to_value()))
+        ops.append(Put(keys.segment(owner.topic, owner.partition, info.base_offset), uploaded.meta().to_value()))
         producers.update(pending.producers)  # later windows carry the later state
     for pid, entry in producers.items():
         ops.append(Put(keys.producer(owner.topic, owner.partition, pid), entry.to_value()))

@@ -12,6 +12,13 @@ Why a deletion is safe:
   listing, so what is committed meanwhile lies at or above the end read. An object at or above the end may still
   be an upload whose commit is in flight: it is left alone. Objects also wait `grace_s` after they were written,
   for readers that looked up a segment just before retention dropped it.
+- **A pack** (the objects a topic with virtual partitions stores, kafscale.storage.pack) holds segments of
+  several lanes, each of which commits on its own and drops its segments on its own; a pack is swept once per
+  physical partition. It is garbage for good when, for every lane its trailer lists, the lane's committed end is
+  past the segment's base offset and the lane's record at that base does not name the pack: commits only add at
+  the end, so none will ever name it. (The end is read before the record: a commit writes both at once, and a
+  record dropped meanwhile only makes the pack garbage sooner.) Only packs no committed record names, and older
+  than `grace_s`, are looked at.
 - **A deleted topic's objects.** Deleting a topic writes a record (`deleted_topics/{name}`) in the same
   transaction, and no topic of that name can be made while it exists. The shard that deleted the topic deletes
   its objects at once and then the record; the janitor finishes deletions whose record is over a minute old.
@@ -26,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kafscale.broker.packed import read_trailer
 from kafscale.cluster import keys
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
@@ -65,6 +73,40 @@ async def sweep_partition(owner: PartitionOwner, grace_s: float, now: float | No
         await owner.objects.delete_many(due)
         log.info("%s-%d: janitor deleted %d uncommitted object(s) below offset %d", topic, partition, len(due), end)
     return Sweep(len(due), len(garbage) - len(due))
+
+
+async def sweep_packs(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, topic: str, physical: int,
+                      lanes: list[int], grace_s: float, now: float | None = None) -> Sweep:
+    """Delete the packs of one physical partition (its virtual partitions `lanes`) that are garbage for good."""
+    listed = [(o, name) for o in await objects.list(object_keys.partition_prefix(namespace, topic, physical))
+              if (name := object_keys.pack_name_of(o.key, namespace, topic)) is not None]
+    if not listed:
+        return Sweep(0, 0)
+    named = {kv.value.get("pack") for records in await asyncio.gather(*(meta.range(keys.segments(topic, lane))
+                                                                        for lane in lanes))
+             for kv in records}
+    now = time.time() if now is None else now
+    unnamed = [(o, name) for o, name in listed if name not in named]
+    due = [(o, name) for o, name in unnamed if now - o.modified >= grace_s]
+    dead = [o.key for o, name in due if await _pack_is_dead(meta, objects, topic, o.key, o.size, name)]
+    if dead:
+        await objects.delete_many(dead)
+        log.info("%s (physical partition %d): janitor deleted %d pack(s) no commit names", topic, physical,
+                 len(dead))
+    return Sweep(len(dead), len(unnamed) - len(dead))
+
+
+async def _pack_is_dead(meta: MetadataStore, objects: AsyncObjectStore, topic: str, key: str, size: int,
+                        name: str) -> bool:
+    for lane in await read_trailer(objects, key, size):
+        state = await meta.get(keys.state(topic, lane.lane))
+        end = int(state.value["next_offset"]) if state is not None else 0
+        if lane.base >= end:
+            return False  # its commit may still be on its way
+        record = await meta.get(keys.segment(topic, lane.lane, lane.base))
+        if record is not None and record.value.get("pack") == name:
+            return False
+    return True
 
 
 def _below(key: str, partition: tuple[str, str, int], end: int) -> bool:
@@ -118,9 +160,12 @@ async def run(owners: Callable[[], Iterable[PartitionOwner]], leads: Callable[[]
     while True:
         await asyncio.sleep(interval_s)
         deleted = in_grace = 0
+        physical: dict[tuple[str, int], list[int]] = {}  # a virtual topic's physical partitions led here
         for owner in list(owners()):
             if owner.closed or owner.fenced:
                 continue
+            if owner.packer is not None:
+                physical.setdefault((owner.topic, owner.packer.physical), owner.packer.lanes)
             try:
                 result = await sweep_partition(owner, grace_s)
                 deleted, in_grace = deleted + result.deleted, in_grace + result.in_grace
@@ -128,6 +173,14 @@ async def run(owners: Callable[[], Iterable[PartitionOwner]], leads: Callable[[]
                 raise
             except Exception as e:  # store trouble: the next round tries again
                 log.warning("janitor: %s-%d failed: %s", owner.topic, owner.partition, e)
+        for (topic, unit), lanes in physical.items():
+            try:
+                result = await sweep_packs(meta, objects, namespace, topic, unit, lanes, grace_s)
+                deleted, in_grace = deleted + result.deleted, in_grace + result.in_grace
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("janitor: packs of %s (physical partition %d) failed: %s", topic, unit, e)
         if leads():
             try:
                 deleted += (await sweep_deleted_topics(meta, objects, namespace)).deleted

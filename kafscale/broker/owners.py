@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafscale.broker.commit_batcher import CommitBatcher
+from kafscale.broker.packer import Packer
 from kafscale.broker.partition_owner import OwnerSettings, PartitionOwner
 from kafscale.broker.stats import BrokerMetrics
 from kafscale.storage.async_store import AsyncObjectStore
@@ -40,7 +41,8 @@ Key = tuple[str, int]
 class OwnerTable:
     def __init__(self, shard_id: int, *, meta: MetadataStore, objects: AsyncObjectStore, cache: ByteLRU,
                  settings: OwnerSettings, committer: CommitBatcher, metrics: BrokerMetrics,
-                 topic_configs: Callable[[str], dict[str, Any]]) -> None:
+                 topic_configs: Callable[[str], dict[str, Any]],
+                 physical_of: Callable[[str, int], tuple[int, list[int]] | None] = lambda _t, _p: None) -> None:
         self.shard_id = shard_id
         self.meta = meta
         self.objects = objects
@@ -49,6 +51,9 @@ class OwnerTable:
         self.committer = committer  # the owners' flush commits share metadata transactions
         self.metrics = metrics
         self.topic_configs = topic_configs
+        # a virtual partition's physical partition and that one's lanes; None for a plain partition
+        self.physical_of = physical_of
+        self.packers: dict[Key, Packer] = {}  # one per physical partition of a virtual topic led here
         self.owners: dict[Key, PartitionOwner] = {}
         self.opening: dict[Key, asyncio.Task[PartitionOwner]] = {}
         self._early: set[asyncio.Task[None]] = set()  # owners of new partitions, opened before use
@@ -81,11 +86,22 @@ class OwnerTable:
         owner = PartitionOwner(topic, partition, shard_id=self.shard_id, meta=self.meta, objects=self.objects,
                                cache=self.cache, settings=self.settings,
                                topic_config=lambda: self.topic_configs(topic), metrics=self.metrics.partition(topic),
-                               committer=self.committer)
+                               committer=self.committer, packer=self._packer(topic, partition))
         async with self._slots:
             await owner.open()
         self.owners[(topic, partition)] = owner
         return owner
+
+    def _packer(self, topic: str, partition: int) -> Packer | None:
+        found = self.physical_of(topic, partition)
+        if found is None:
+            return None
+        physical, lanes = found
+        packer = self.packers.get((topic, physical))
+        if packer is None:
+            packer = self.packers[(topic, physical)] = Packer(self.objects, self.settings.namespace, topic, physical,
+                                                              lanes, self.settings.flush_interval_ms / 1000)
+        return packer
 
     def open_early(self, topic: str, partitions: list[int]) -> None:
         """Open a new topic's (or new partitions') owners now, as Kafka's leaders do on creation, so the
@@ -112,6 +128,9 @@ class OwnerTable:
         for (name, partition), owner in list(self.owners.items()):
             if name == topic and not keep(partition):
                 self._let_go(owner, flush)
+        if not any(name == topic for name, _ in self.owners):
+            for key in [k for k in self.packers if k[0] == topic]:
+                del self.packers[key]
 
     def drop_all(self) -> None:
         """Stop every owner (the shard's lease is lapsing): what is buffered is flushed if still allowed."""

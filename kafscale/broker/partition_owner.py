@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.flush import FencedError, Pending, flush_loop
+from kafscale.broker.packer import Packer
 from kafscale.broker.producer_state import BatchMeta, ProducerEntry, ProducerStates
 from kafscale.broker.read_path import ReadPath
 from kafscale.broker.stats import PartitionSink
@@ -77,6 +78,7 @@ class PartitionOwner:
         topic_config: Callable[[], dict[str, Any]] = dict,
         metrics: PartitionSink | None = None,
         committer: CommitBatcher | None = None,
+        packer: Packer | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -87,6 +89,7 @@ class PartitionOwner:
         self.topic_config = topic_config
         self.metrics = metrics
         self.committer = committer  # shares flush commits with the shard's other owners; None: own transactions
+        self.packer = packer  # a virtual partition's: its segments go up in its physical partition's packs
         self.epoch = 0
         self.next_offset = 0  # next offset to assign (buffered included)
         self.high_watermark = 0  # end of committed data

@@ -77,12 +77,20 @@ class ReadPath:
         return ("seg", self.owner.topic, self.owner.partition, base)
 
     def _object_key(self, meta: SegmentMeta) -> str:
+        """The object holding the segment: its own, or (a virtual partition's) a pack where it starts at
+        meta.position; every read below adds that position."""
         o = self.owner
+        if meta.pack:
+            return object_keys.pack_key(o.settings.namespace, o.topic, meta.pack)
         return object_keys.segment_key(o.settings.namespace, o.topic, o.partition, meta.base, meta.key_epoch)
 
-    def _index_key(self, meta: SegmentMeta) -> str:
+    async def _index_bytes(self, meta: SegmentMeta) -> tuple[bytes, str]:
         o = self.owner
-        return object_keys.index_key(o.settings.namespace, o.topic, o.partition, meta.base, meta.key_epoch)
+        if meta.pack:
+            key = self._object_key(meta)
+            return await o.objects.get_range(key, meta.position + meta.size, meta.index_size), key
+        key = object_keys.index_key(o.settings.namespace, o.topic, o.partition, meta.base, meta.key_epoch)
+        return await o.objects.get(key), key
 
     def cache_built(self, meta: SegmentMeta, built: BuiltSegment) -> None:
         """Write-through after a flush: the tail a live consumer asks for next is already here.
@@ -122,7 +130,10 @@ class ReadPath:
 
     async def _fetch_whole(self, meta: SegmentMeta) -> CachedSegment:
         key = self._object_key(meta)
-        data = await self.owner.objects.get(key)
+        if meta.pack:
+            data = await self.owner.objects.get_range(key, meta.position, meta.size)
+        else:
+            data = await self.owner.objects.get(key)
         seg = await asyncio.get_running_loop().run_in_executor(None, CachedSegment.parse, data, key, True, meta)
         self.cache.put(self._key(meta.base), seg, len(data))
         return seg
@@ -148,8 +159,8 @@ class ReadPath:
         key = ("idx", self.owner.topic, self.owner.partition, meta.base)
         cached = self.cache.get(key)
         if cached is None:
-            raw = await self.owner.objects.get(self._index_key(meta))
-            cached = SegmentIndex.parse(raw, key=self._index_key(meta))
+            raw, where = await self._index_bytes(meta)
+            cached = SegmentIndex.parse(raw, key=where)
             self.cache.put(key, cached, len(raw) + 64)
         return cached
 
@@ -166,7 +177,7 @@ class ReadPath:
         out = bytearray()
         while pos < end:
             length = min(want, end - pos)
-            chunk = memoryview(await self.owner.objects.get_range(key, pos, length))
+            chunk = memoryview(await self.owner.objects.get_range(key, meta.position + pos, length))
             if len(chunk) != length or length < LOG_OVERHEAD:
                 raise CorruptSegmentError(f"segment shorter than committed: {len(chunk)} bytes at {pos}",
                                           key=key, position=pos)

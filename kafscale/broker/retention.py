@@ -59,8 +59,10 @@ async def truncate(owner: PartitionOwner, offset: int) -> int:
         ns, topic, partition = owner.settings.namespace, owner.topic, owner.partition
         # The plain keys always, and the epoch keys where the commit names them: the plain key then
         # holds a dead owner's uncommitted leftover, garbage that goes with the range it covered.
-        epochs = {s.base: sorted({0, s.key_epoch}) for s in dropped}
-        gone = [key for s in dropped for e in epochs[s.base]
+        # A virtual partition's segments live in packs its physical partition's other lanes share: the janitor
+        # deletes a pack once no lane's commit names it.
+        epochs = {s.base: sorted({0, s.key_epoch}) for s in dropped if not s.pack}
+        gone = [key for s in dropped if not s.pack for e in epochs[s.base]
                 for key in (object_keys.segment_key(ns, topic, partition, s.base, e),
                             object_keys.index_key(ns, topic, partition, s.base, e))]
         for s in dropped:

@@ -92,7 +92,7 @@ class ShardCore:
         )
         self.owner_table = OwnerTable(shard_id, meta=self.meta, objects=self.objects, cache=self.cache,
                                       settings=settings, committer=CommitBatcher(self.meta), metrics=metrics,
-                                      topic_configs=self._topic_configs)
+                                      topic_configs=self._topic_configs, physical_of=self._physical_of)
         self.groups = GroupRegistry(shard_id, self.meta, group_settings(config), owns=self._coordinates,
                                     offsets_retention_ms=config.offsets_retention_minutes * 60_000,
                                     retention_check_interval_s=config.offsets_retention_check_interval_ms / 1000,
@@ -171,6 +171,15 @@ class ShardCore:
             partitions=tuple(PartitionStats(t, p, o.high_watermark, o.log_start_offset, o.bytes_in, o.bytes_out,
                                             self._unit_of(t, p))
                              for (t, p), o in list(self.owners.items())))
+
+    def _physical_of(self, topic: str, partition: int) -> tuple[int, list[int]] | None:
+        """A virtual partition's physical partition (its segments share that one's packs) and that one's virtual
+        partitions; None when plain."""
+        info = self.topics.topics.get(topic)
+        if info is None or not info.physical:
+            return None
+        unit = info.unit_of(partition)
+        return unit, info.lanes(unit)
 
     def _unit_of(self, topic: str, partition: int) -> int:
         info = self.topics.topics.get(topic)

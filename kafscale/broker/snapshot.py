@@ -31,15 +31,18 @@ from typing import Any
 import cramjam
 import msgpack
 
+from kafscale.broker.packed import PackedSegment, last_offset, packed_segments, virtual_layout
 from kafscale.broker.producer_state import ProducerEntry, ProducerStates
 from kafscale.cluster import keys
 from kafscale.cluster.ids import FIRST_PRODUCER_ID
 from kafscale.cluster.placement import spread
 from kafscale.cluster.records import SegmentMeta
+from kafscale.cluster.topic_configs import VIRTUAL_PARTITIONS
 from kafscale.cluster.topics import TopicInfo
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Delete, MetadataStore, Op, Put
+from kafscale.storage.object_store import ObjectInfo
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SegmentReader, parse_segment_footer
 
 log = logging.getLogger(__name__)
@@ -146,9 +149,11 @@ async def restore(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
         if not name.startswith(keys.TOPICS):
             continue
         info = TopicInfo.from_value(name[len(keys.TOPICS):], value)
+        packed = await _packs(objects, namespace, info) if info.physical else {}
         for p in range(info.partitions):
             found, pid = await _roll_forward(meta, objects, namespace, info.name, p, values.get(keys.state(
-                info.name, p)), values.get(keys.owner(info.name, p)), by_partition[(info.name, p)])
+                info.name, p)), values.get(keys.owner(info.name, p)), by_partition[(info.name, p)],
+                packed.get(p, []))
             segments, top_pid, partitions = segments + found, max(top_pid, pid), partitions + 1
     await _skip_ids(meta, values, top_pid)
     log.info("metadata restored from %s: %d keys, %d partitions rolled forward over %d newer segments", key,
@@ -160,18 +165,31 @@ async def rebuild(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
     """Rebuild an empty metadata store from the segments alone (no snapshot): topics with default configs."""
     await _check_empty(meta)
     found: dict[str, set[int]] = defaultdict(set)
+    listed: dict[str, list[ObjectInfo]] = defaultdict(list)
     top_pid = -1
     for o in await objects.list(f"{namespace}/"):
         parsed = object_keys.parse_segment_key(o.key)
         if parsed is not None and parsed.namespace == namespace:
             found[parsed.topic].add(parsed.partition)
+        topic = o.key[len(namespace) + 1:].split("/", 1)[0]
+        if object_keys.pack_name_of(o.key, namespace, topic) is not None:
+            listed[topic].append(o)
+    packed = {topic: await packed_segments(objects, namespace, topic, objs) for topic, objs in listed.items()}
     partitions = segments = 0
-    for name, present in sorted(found.items()):
-        count = max(present) + 1
-        info = TopicInfo(name, _new_id(), count, spread(name, count, [0]), {}, int(time.time() * 1000), [0] * count)
+    for name in sorted(found.keys() | packed.keys()):
+        lanes = packed.get(name, {})
+        layout = virtual_layout(lanes) if lanes else None
+        count = max([*found.get(name, ()), *lanes]) + 1
+        physical = 0
+        if layout is not None and count <= layout[1]:  # the packs' layout: a virtual topic as it was made
+            count, physical = layout[1], layout[0]
+        units = spread(name, physical or count, [0])
+        configs = {VIRTUAL_PARTITIONS: str(count)} if physical else {}
+        info = TopicInfo(name, _new_id(), count, [units[p % len(units)] for p in range(count)], configs,
+                         int(time.time() * 1000), [0] * count, physical)
         await meta.put(keys.topic(name), info.to_value())
         for p in range(count):
-            rolled, pid = await _roll_forward(meta, objects, namespace, name, p, None, None)
+            rolled, pid = await _roll_forward(meta, objects, namespace, name, p, None, None, None, lanes.get(p, []))
             segments, top_pid, partitions = segments + rolled, max(top_pid, pid), partitions + 1
     await _skip_ids(meta, {}, top_pid)
     log.info("metadata rebuilt from the segments: %d topics, %d partitions, %d segments", len(found), partitions,
@@ -179,12 +197,22 @@ async def rebuild(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
     return Restored("", 0, partitions, segments)
 
 
+async def _packs(objects: AsyncObjectStore, namespace: str, info: TopicInfo) -> dict[int, list[PackedSegment]]:
+    """A virtual topic's packed segments, by lane: every pack of every physical partition, its trailer read once."""
+    listed = [o for unit in range(info.units)
+              for o in await objects.list(object_keys.partition_prefix(namespace, info.name, unit))]
+    return await packed_segments(objects, namespace, info.name, listed)
+
+
 async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, topic: str, partition: int,
                         state: dict[str, Any] | None, owner: dict[str, Any] | None,
-                        known: dict[str, Any] | None = None) -> tuple[int, int]:
+                        known: dict[str, Any] | None = None,
+                        packed: list[PackedSegment] | None = None) -> tuple[int, int]:
     """Bring one partition's state up to the segments in the object store (known: the snapshot's keys of this
-    partition); returns the segments added, and the highest producer id in them (-1: none)."""
+    partition; packed: a virtual partition's segments in packs); returns the segments added, and the highest
+    producer id in them (-1: none). A segment is (base, (key epoch, pack name)): a pack's is (base, (0, name))."""
     known = known or {}
+    in_packs = {(s.lane.base, (0, s.name)): s for s in packed or ()}
     pairs: dict[tuple[int, int], set[str]] = defaultdict(set)
     sizes: dict[tuple[int, int], int] = {}
     for o in await objects.list(object_keys.partition_prefix(namespace, topic, partition)):
@@ -195,20 +223,24 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
         if parsed.kind == "kfs":
             sizes[(parsed.base_offset, parsed.epoch)] = o.size
     whole = {pair for pair, kinds in pairs.items() if kinds == {"kfs", "index"}}  # a half upload acked nothing
+    present = {(base, (epoch, "")) for base, epoch in whole} | set(in_packs)
     top_epoch = max((e for _, e in pairs), default=0)
     ops: list[Op] = []
     segments = sorted((v for k, v in known.items() if k.startswith(keys.segments(topic, partition))),
                       key=lambda v: v["base"])
     # The snapshot's segments whose objects retention deleted since: gone from the front of the log.
     gone = 0
-    while gone < len(segments) and (segments[gone]["base"], segments[gone].get("key_epoch", 0)) not in whole:
+    while gone < len(segments) and (segments[gone]["base"], (segments[gone].get("key_epoch", 0),
+                                                             segments[gone].get("pack", ""))) not in present:
         ops.append(Delete(keys.segment(topic, partition, segments[gone]["base"])))
         gone += 1
     if state is None:  # a rebuild: the log starts where the longest run of segments does
         state = {"next_offset": 0, "log_start_offset": 0, "epoch": 0}
     start = int(state["next_offset"])
-    lasts = {pair: await _last_offset(objects, namespace, topic, partition, pair, sizes[pair])
-             for pair in whole if pair[0] >= start}
+    lasts = {(base, (epoch, "")): await _last_offset(objects, namespace, topic, partition, (base, epoch),
+                                                     sizes[(base, epoch)])
+             for base, epoch in whole if base >= start}
+    lasts.update({at: await last_offset(objects, s) for at, s in in_packs.items() if at[0] >= start})
     chain = _longest_chain(lasts, start)
     log_start = int(state.get("log_start_offset", 0))
     if gone == len(segments):  # nothing of the snapshot's log is left: it starts where the chain does
@@ -219,14 +251,20 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
     producers.entries = {int(k.rsplit("/", 1)[1]): ProducerEntry.from_value(v) for k, v in known.items()
                          if k.startswith(keys.producers(topic, partition))}
     end = start
-    for base, epoch in chain:
-        key = object_keys.segment_key(namespace, topic, partition, base, epoch)
-        reader = SegmentReader(await objects.get(key), key=key)
+    for base, (epoch, pack) in chain:
+        if pack:
+            s = in_packs[(base, (epoch, pack))]
+            reader = SegmentReader(await objects.get_range(s.key, s.lane.position, s.lane.size), key=s.key)
+            meta_value = SegmentMeta.from_info(reader.info, 0, pack, s.lane.position, s.lane.index_size)
+        else:
+            key = object_keys.segment_key(namespace, topic, partition, base, epoch)
+            reader = SegmentReader(await objects.get(key), key=key)
+            meta_value = SegmentMeta.from_info(reader.info, epoch)
         for _, header in reader.batches():  # idempotent producers' sequences, as the commits recorded them
             if header.producer_id >= 0:
                 producers.record(header, header.base_offset)
                 touched.add(header.producer_id)
-        ops.append(Put(keys.segment(topic, partition, base), SegmentMeta.from_info(reader.info, epoch).to_value()))
+        ops.append(Put(keys.segment(topic, partition, base), meta_value.to_value()))
         end = reader.info.last_offset + 1
     ops += [Put(keys.producer(topic, partition, pid), producers.entries[pid].to_value()) for pid in sorted(touched)]
     owner_epoch = max(int((owner or {}).get("epoch", 0)), top_epoch, int(state.get("epoch", 0)))
@@ -240,27 +278,31 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
     return len(chain), max(touched, default=-1)
 
 
-def _longest_chain(lasts: dict[tuple[int, int], int], start: int) -> list[tuple[int, int]]:
-    """The segments (base, epoch) to commit past `start`: from `start` if a segment begins there, else from the
+Variant = tuple[int, str]  # (key epoch, pack name): which object holds a segment at a base
+
+
+def _longest_chain(lasts: dict[tuple[int, Variant], int], start: int) -> list[tuple[int, Variant]]:
+    """The segments (base, variant) to commit past `start`: from `start` if a segment begins there, else from the
     lowest base whose run reaches furthest (retention may have removed the front). At each base the object whose
     run reaches furthest wins: an uncommitted leftover (a fenced owner's upload) ends its run where its commit
-    failed, while the committed segments go on. Equal runs go to the highest owner epoch, written last."""
-    by_base: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for (base, epoch), last in lasts.items():
-        by_base[base].append((epoch, last))
-    reach: dict[int, tuple[int, int]] = {}  # base -> (end reached, epoch chosen)
+    failed, while the committed segments go on. Equal runs go to the highest variant: the highest owner epoch,
+    written last (a virtual partition's packs, each a fresh name, never tie on their runs' ends in practice)."""
+    by_base: dict[int, list[tuple[Variant, int]]] = defaultdict(list)
+    for (base, variant), last in lasts.items():
+        by_base[base].append((variant, last))
+    reach: dict[int, tuple[int, Variant]] = {}  # base -> (end reached, variant chosen)
     for base in sorted(by_base, reverse=True):
-        reach[base] = max(((reach[last + 1][0] if last + 1 in reach else last + 1), epoch)
-                          for epoch, last in by_base[base])
+        reach[base] = max(((reach[last + 1][0] if last + 1 in reach else last + 1), variant)
+                          for variant, last in by_base[base])
     if not reach:
         return []
     first = start if start in reach else min((b for b in reach if b >= start),
                                              key=lambda b: (-reach[b][0], b), default=None)
     chain, at = [], first
     while at is not None and at in reach:
-        epoch = reach[at][1]
-        chain.append((at, epoch))
-        at = lasts[(at, epoch)] + 1
+        variant = reach[at][1]
+        chain.append((at, variant))
+        at = lasts[(at, variant)] + 1
     return chain
 
 

@@ -19,18 +19,29 @@ class SegmentMeta:
     crc: int
     created_ms: int
     key_epoch: int = 0  # which object key holds it (see kafscale.storage.keys): 0 = the plain key
+    # A virtual partition's segment stored in a pack object (kafscale.storage.pack): the pack's key below the
+    # topic's directory ("{physical}/pack-{id}.kfp"), where the segment starts in it, and the size of the index
+    # that follows it. "" for a segment in an object of its own.
+    pack: str = ""
+    position: int = 0
+    index_size: int = 0
 
-    def to_value(self) -> dict[str, int]:
-        return {"base": self.base, "last": self.last, "size": self.size, "records": self.records,
-                "min_ts": self.min_ts, "max_ts": self.max_ts, "crc": self.crc, "created_ms": self.created_ms,
-                "key_epoch": self.key_epoch}
+    def to_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            "base": self.base, "last": self.last, "size": self.size, "records": self.records, "min_ts": self.min_ts,
+            "max_ts": self.max_ts, "crc": self.crc, "created_ms": self.created_ms, "key_epoch": self.key_epoch}
+        if self.pack:
+            value.update(pack=self.pack, position=self.position, index_size=self.index_size)
+        return value
 
     @classmethod
     def from_value(cls, v: dict[str, Any]) -> SegmentMeta:
         return cls(v["base"], v["last"], v["size"], v["records"], v["min_ts"], v["max_ts"], v["crc"],
-                   v["created_ms"], v.get("key_epoch", 0))
+                   v["created_ms"], v.get("key_epoch", 0), v.get("pack", ""), v.get("position", 0),
+                   v.get("index_size", 0))
 
     @classmethod
-    def from_info(cls, info: Any, key_epoch: int = 0) -> SegmentMeta:
+    def from_info(cls, info: Any, key_epoch: int = 0, pack: str = "", position: int = 0,
+                  index_size: int = 0) -> SegmentMeta:
         return cls(info.base_offset, info.last_offset, info.size, info.record_count, info.min_timestamp,
-                   info.max_timestamp, info.crc, info.created_ms, key_epoch)
+                   info.max_timestamp, info.crc, info.created_ms, key_epoch, pack, position, index_size)

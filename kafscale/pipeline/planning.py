@@ -210,8 +210,14 @@ def _slice(opts: SourceOptions, part: PartitionLog, seg: SegmentMeta, lo: int, h
 
 def _ranges(opts: SourceOptions, part: PartitionLog, seg: SegmentMeta, lo: int, hi: int) -> list[tuple[int, int, int]]:
     """Byte ranges of about split_bytes between index entries (always batch boundaries)."""
-    key = object_keys.index_key(opts.location.namespace, part.topic, part.partition, seg.base)
-    index = SegmentIndex.parse(objects_for(opts.location).get(key), key=key)
+    objects = objects_for(opts.location)
+    if seg.pack:
+        key = object_keys.pack_key(opts.location.namespace, part.topic, seg.pack)
+        raw = objects.get_range(key, seg.position + seg.size, seg.index_size)
+    else:
+        key = object_keys.index_key(opts.location.namespace, part.topic, part.partition, seg.base, seg.key_epoch)
+        raw = objects.get(key)
+    index = SegmentIndex.parse(raw, key=key)
     body_end = seg.size - SEGMENT_FOOTER_SIZE
     cuts = [index.entries[0]]
     for entry in index.entries[1:]:

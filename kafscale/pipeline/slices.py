@@ -59,7 +59,12 @@ class Slice:
 
     @property
     def key(self) -> str:
-        return object_keys.segment_key(self.location.namespace, self.topic, self.partition, self.segment.base)
+        """The object holding the segment: its own (at the key its commit names), or a pack where it starts at
+        segment.position (a virtual partition's)."""
+        if self.segment.pack:
+            return object_keys.pack_key(self.location.namespace, self.topic, self.segment.pack)
+        return object_keys.segment_key(self.location.namespace, self.topic, self.partition, self.segment.base,
+                                       self.segment.key_epoch)
 
 
 def read_slice(piece: Slice) -> Iterator[pa.RecordBatch]:
@@ -87,7 +92,7 @@ def _fetch(piece: Slice) -> list[tuple[memoryview, BatchHeader]]:
     objects = objects_for(piece.location)
     meta, key = piece.segment, piece.key
     if piece.byte_range is None:
-        data = objects.get(key)
+        data = objects.get_range(key, meta.position, meta.size) if meta.pack else objects.get(key)
         reader = SegmentReader(data, key=key, verify=True)
         info = reader.info
         if (info.base_offset, info.last_offset, info.size, info.crc) != (meta.base, meta.last, meta.size, meta.crc):
@@ -97,7 +102,7 @@ def _fetch(piece: Slice) -> list[tuple[memoryview, BatchHeader]]:
                 f" (crc {meta.crc:#010x})", key=key)
         return [(reader.batch_bytes(pos, h), h) for pos, h in reader.batches()]
     first, end, expected = piece.byte_range
-    data = memoryview(objects.get_range(key, first, end - first))
+    data = memoryview(objects.get_range(key, meta.position + first, end - first))
     if len(data) != end - first:
         raise CorruptSegmentError(f"object shorter than its commit: {len(data)} bytes at {first}", key=key,
                                   position=first)

@@ -63,6 +63,33 @@ def index_key(namespace: str, topic: str, partition: int, base_offset: int, epoc
     return _object_key(namespace, topic, partition, base_offset, INDEX_SUFFIX, epoch)
 
 
+PACK_SUFFIX = "kfp"
+_PACK_RE = re.compile(r"(0|[1-9][0-9]{0,9})/pack-[0-9a-f]{32}\.kfp")
+
+
+def pack_name(physical: int, pack_id: str) -> str:
+    """A pack's key below its topic's directory, as segment records name it (kafscale.storage.pack)."""
+    name = f"{physical}/pack-{pack_id}.{PACK_SUFFIX}"
+    if not _PACK_RE.fullmatch(name):
+        raise ValueError(f"not a pack name: {name!r}")
+    return name
+
+
+def pack_name_of(key: str, namespace: str, topic: str) -> str | None:
+    """The pack name (as segment records hold it) of an object key under the topic's directory; None if not a pack."""
+    prefix = f"{namespace}/{topic}/"
+    if not key.startswith(prefix) or not _PACK_RE.fullmatch(key[len(prefix):]):
+        return None
+    return key[len(prefix):]
+
+
+def pack_key(namespace: str, topic: str, name: str) -> str:
+    """The object key of a pack a segment record names."""
+    if not _PACK_RE.fullmatch(name):
+        raise ValueError(f"not a pack name: {name!r}")
+    return f"{namespace}/{topic}/{name}"
+
+
 def parse_segment_key(key: str) -> SegmentKey | None:
     """Split a segment or index key; None for any other key (health probes, foreign objects)."""
     # Split from the right: topics cannot contain '/', namespaces can.

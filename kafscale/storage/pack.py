@@ -7,13 +7,15 @@ Layout (big-endian; docs/format.md has the byte table):
     lane 2 segment
     lane 2 index
     …
-    trailer          b"PKT1" · i32 lane count · per lane: i32 lane · i64 segment position · i32 segment size
-                     · i32 index size · u32 CRC32C of the trailer so far · i32 trailer size · b"PACK"
+    trailer          b"PKT1" · i32 lane count · per lane: i32 lane · i64 base offset · i64 segment position
+                     · i32 segment size · i32 index size · u32 CRC32C of the trailer so far · i32 trailer size
+                     · b"PACK"
 
 Each lane's bytes are contiguous and byte-identical to the segment and index objects a plain partition writes, so
 a lane is read as a byte range of the pack with the same code (and the same checks) as a segment object, and a
 fetch never reads another lane's records. The trailer makes a pack self-describing: rebuilding metadata from the
-object store alone reads the last bytes of each pack to find its lanes.
+object store alone reads the last bytes of each pack to find its lanes, and the janitor learns from it which
+lanes' commits could name the pack (their base offsets) without reading the segments.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, B
 TRAILER_MAGIC = b"PKT1"
 END_MAGIC = b"PACK"
 _COUNT = struct.Struct(">4si")
-_LANE = struct.Struct(">iqii")
+_LANE = struct.Struct(">iqqii")
 _END = struct.Struct(">Ii4s")
-# A reader fetches this many bytes from the end first: the whole trailer of a pack of up to 408 lanes (a larger
+# A reader fetches this many bytes from the end first: the whole trailer of a pack of up to 291 lanes (a larger
 # one says how many bytes its trailer needs).
 TAIL_READ = 8192
 
@@ -43,6 +45,7 @@ class PackedLane:
     """Where one lane's segment and its index lie in a pack."""
 
     lane: int
+    base: int  # the segment's base offset
     position: int  # of the segment's first byte
     size: int  # of the segment
     index_size: int  # the index follows the segment at position + size
@@ -69,12 +72,12 @@ def build_pack(segments: Sequence[tuple[int, BuiltSegment]]) -> BuiltPack:
     lanes: list[PackedLane] = []
     position = 0
     for lane, built in segments:
-        lanes.append(PackedLane(lane, position, len(built.data), len(built.index)))
+        lanes.append(PackedLane(lane, built.info.base_offset, position, len(built.data), len(built.index)))
         parts += (built.data, built.index)
         position += len(built.data) + len(built.index)
     trailer = bytearray(_COUNT.pack(TRAILER_MAGIC, len(lanes)))
     for p in lanes:
-        trailer += _LANE.pack(p.lane, p.position, p.size, p.index_size)
+        trailer += _LANE.pack(p.lane, p.base, p.position, p.size, p.index_size)
     trailer += _END.pack(crc32c(bytes(trailer)), len(trailer) + _END.size, END_MAGIC)
     parts.append(bytes(trailer))
     return BuiltPack(b"".join(parts), lanes)
@@ -90,7 +93,7 @@ class TrailerBeyondTail(Exception):
 
 def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> list[PackedLane]:
     """The lanes of a pack of object_size bytes, from its last bytes (`tail`; the last TAIL_READ bytes hold the
-    trailer of a pack of up to 408 lanes). Raises TrailerBeyondTail when the trailer is longer than `tail`, and
+    trailer of a pack of up to 291 lanes). Raises TrailerBeyondTail when the trailer is longer than `tail`, and
     CorruptSegmentError naming the object for anything damaged."""
     if len(tail) < _COUNT.size + _END.size or len(tail) > object_size:
         raise CorruptSegmentError(f"pack tail of {len(tail)} bytes cannot hold a trailer", key=key)
@@ -114,7 +117,7 @@ def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> list
     lanes = [PackedLane(*_LANE.unpack_from(body, _COUNT.size + i * _LANE.size)) for i in range(count)]
     end_of_lanes = object_size - size
     expected = 0
-    if len({p.lane for p in lanes}) != len(lanes) or any(p.lane < 0 for p in lanes):
+    if len({p.lane for p in lanes}) != len(lanes) or any(p.lane < 0 or p.base < 0 for p in lanes):
         raise CorruptSegmentError(f"pack lanes {[p.lane for p in lanes]} are not distinct lanes", key=key,
                                   position=object_size - size)
     for p in lanes:

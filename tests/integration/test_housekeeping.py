@@ -6,6 +6,7 @@ snapshots (kafscale/broker/snapshot.py): taken, and only the newest kept."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,17 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafscale.broker import janitor
+from kafscale.broker import janitor, retention
 from kafscale.broker.shard import ShardCore
 from kafscale.cluster import keys
 from kafscale.config import BrokerConfig
 from kafscale.storage import keys as object_keys
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.local_store import LocalDirStore
+from kafscale.storage.pack import build_pack
+from kafscale.storage.segment import build_segment
 from kafscale.testing.inprocess import InProcessBroker
+from tests.unit.fake_broker import record_batch
 from tests.unit.test_partition_owner import FlakyMeta
 
 pytestmark = pytest.mark.timeout(120)
@@ -200,3 +204,66 @@ def test_scheduled_snapshots_are_taken_and_only_the_newest_kept(tmp_path: Path) 
         taken = sorted(p.name for p in (tmp_path / "objects" / NS / "@metadata").iterdir())
         assert len(taken) == 2 and all(name.startswith("snapshot-") for name in taken)
         assert time.time() - b.shard.metrics.snapshot_time._value.get() < 5
+
+
+def test_packs_no_commit_names_go_and_none_a_commit_may_still_name(broker: InProcessBroker) -> None:
+    """A topic with virtual partitions (4 over 2 physical) stores packs. A pack goes once every lane it holds has
+    dropped its segment from it, or never committed it and moved past it; one whose commit is on its way stays."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("vt", 2, config={"kafscale.virtual.partitions": "4"})])["vt"].result(15)
+    produce(broker, "vt", [f"v{i}".encode() for i in range(8)], partitions=4)  # two segments per lane
+    c = core(broker)
+    files = stored(broker, "vt")
+    assert files and all(f.rsplit("/", 2)[1] in ("0", "1") and f.endswith(".kfp") for f in files), files
+    first = {f for f in files if f.startswith(f"{NS}/vt/0/")}
+
+    # A pack a dead owner uploaded and never committed: lane 0's segment at base 0, which another pack holds.
+    batch = record_batch(b"leftover")
+    leftover = object_keys.pack_key(NS, "vt", object_keys.pack_name(0, uuid.uuid4().hex))
+    broker.run(c.objects.put(leftover, build_pack([(0, build_segment([batch], created_ms=1))]).data))
+    lanes = [0, 2]
+    assert broker.run(janitor.sweep_packs(c.meta, c.objects, NS, "vt", 0, lanes, grace_s=3600)) == \
+        janitor.Sweep(deleted=0, in_grace=1)
+    assert broker.run(janitor.sweep_packs(c.meta, c.objects, NS, "vt", 0, lanes, grace_s=0)) == \
+        janitor.Sweep(deleted=1, in_grace=0)
+    assert stored(broker, "vt") == files, "only the leftover went"
+
+    # Lanes 0 and 2 drop their first segment: the packs that held only those go; lanes 1 and 3 lose nothing.
+    for lane in lanes:
+        owner = c.owners[("vt", lane)]
+        assert broker.run(retention.delete_records(owner, 1)).error == 0
+    swept = broker.run(janitor.sweep_packs(c.meta, c.objects, NS, "vt", 0, lanes, grace_s=0))
+    assert swept.deleted >= 1 and stored(broker, "vt") < files
+    assert all(f in stored(broker, "vt") for f in files - first), "physical partition 1's packs stay"
+    for lane in (1, 3):
+        assert consume_from(broker, "vt", lane, 2) == [f"v{lane}".encode(), f"v{lane + 4}".encode()]
+    for lane in lanes:
+        assert consume_from(broker, "vt", lane, 1, offset=1) == [f"v{lane + 4}".encode()]
+
+    # A pack whose commit is held back: uploaded, not yet named, and past lane 0's committed end.
+    before = stored(broker, "vt")
+    broker.run(_gate(broker.slow, open_=False))  # type: ignore[attr-defined]
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer.produce("vt", value=b"late", partition=0)
+    producer.poll(0)
+    deadline = time.monotonic() + 10
+    while stored(broker, "vt") == before:
+        assert time.monotonic() < deadline, "the pack was never uploaded"
+        time.sleep(0.02)
+    assert broker.run(janitor.sweep_packs(c.meta, c.objects, NS, "vt", 0, lanes, grace_s=0)).deleted == 0
+    broker.run(_gate(broker.slow, open_=True))  # type: ignore[attr-defined]
+    assert producer.flush(30) == 0
+    assert consume_from(broker, "vt", 0, 1, offset=2) == [b"late"]
+
+
+def consume_from(b: InProcessBroker, topic: str, partition: int, n: int, offset: int = 0) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"g-{time.monotonic()}"})
+    consumer.assign([TopicPartition(topic, partition, offset)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            got += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
+    finally:
+        consumer.close()
+    return got

@@ -27,6 +27,7 @@ from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 pytestmark = [pytest.mark.timeout(180), pytest.mark.etcd]
 PARTITIONS = 3
 TOPIC = "drill"
+VIRTUAL = "kafscale.virtual.partitions"
 
 
 @dataclass
@@ -132,10 +133,19 @@ def ends(acked: dict[tuple[int, int], bytes]) -> list[int]:
     return [max(o for (p, o) in acked if p == q) + 1 for q in range(PARTITIONS)]
 
 
-def test_restore_drill(stores: Stores, capsys: pytest.CaptureFixture[str]) -> None:
+def new_topic(virtual: bool, configs: dict[str, str] | None = None) -> NewTopic:
+    """The drill's topic: PARTITIONS plain partitions, or as many virtual ones over one physical partition (their
+    segments stored together in packs: docs/virtual-partitions.md)."""
+    if virtual:
+        return NewTopic(TOPIC, 1, config={**(configs or {}), VIRTUAL: str(PARTITIONS)})
+    return NewTopic(TOPIC, PARTITIONS, config=configs or {})
+
+
+@pytest.mark.parametrize("virtual", [False, True], ids=["plain", "virtual"])
+def test_restore_drill(stores: Stores, capsys: pytest.CaptureFixture[str], virtual: bool) -> None:
     with stores.broker() as b:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, config={"retention.ms": "86400000"})])[TOPIC].result(30)
+        admin.create_topics([new_topic(virtual, {"retention.ms": "86400000"})])[TOPIC].result(30)
         acked = produce(b.bootstrap, 0, 300)
         commit(b.bootstrap, [40, 50, 60])
         taken = stores.cli("snapshot", capsys)
@@ -154,16 +164,20 @@ def test_restore_drill(stores: Stores, capsys: pytest.CaptureFixture[str]) -> No
         assert len(got) == len(acked)
         assert committed(b.bootstrap) == [40, 50, 60]
         admin, resource = AdminClient({"bootstrap.servers": b.bootstrap}), _topic_resource()
-        assert admin.describe_configs([resource])[resource].result(15)["retention.ms"].value == "86400000"
+        configs = admin.describe_configs([resource])[resource].result(15)
+        assert configs["retention.ms"].value == "86400000"
+        assert (VIRTUAL in configs) == virtual
         after = produce(b.bootstrap, 600, PARTITIONS)
         assert sorted(after) == sorted((p, before[p]) for p in range(PARTITIONS)), "an offset was reused or skipped"
 
 
-def test_rebuild_from_the_segments_alone(stores: Stores, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("virtual", [False, True], ids=["plain", "virtual"])
+def test_rebuild_from_the_segments_alone(stores: Stores, capsys: pytest.CaptureFixture[str], virtual: bool) -> None:
     with stores.broker() as b:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(30)
+        admin.create_topics([new_topic(virtual)])[TOPIC].result(30)
         acked = produce(b.bootstrap, 0, 400)
+        assert stored_kinds(stores) == ({"kfp"} if virtual else {"kfs", "index"}), "a virtual topic: packs only"
         commit(b.bootstrap, [10, 10, 10])
         before = ends(acked)
     stores.wipe()
@@ -176,6 +190,9 @@ def test_rebuild_from_the_segments_alone(stores: Stores, capsys: pytest.CaptureF
         got = read_all(b.bootstrap, len(acked))
         assert got == acked
         assert committed(b.bootstrap) == [-1001] * PARTITIONS  # group offsets are not in the segments
+        admin, resource = AdminClient({"bootstrap.servers": b.bootstrap}), _topic_resource()
+        configs = admin.describe_configs([resource])[resource].result(15)
+        assert (configs[VIRTUAL].value if VIRTUAL in configs else None) == (str(PARTITIONS) if virtual else None)
         after = produce(b.bootstrap, 400, PARTITIONS)
         assert sorted(after) == sorted((p, before[p]) for p in range(PARTITIONS))
 
@@ -184,3 +201,12 @@ def _topic_resource() -> Any:
     from confluent_kafka.admin import ConfigResource
 
     return ConfigResource(ConfigResource.Type.TOPIC, TOPIC)
+
+
+def stored_kinds(stores: Stores) -> set[str]:
+    """The suffixes of the drill topic's objects: kfs and index for segments, kfp for packs."""
+    objects = stores.seaweed.store(stores.bucket, create_bucket=False)
+    try:
+        return {o.key.rsplit(".", 1)[1] for o in objects.list(f"default/{TOPIC}/")}
+    finally:
+        objects.close()

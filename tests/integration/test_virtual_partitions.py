@@ -88,6 +88,10 @@ def test_a_virtual_topic_shows_its_virtual_partitions_and_keeps_each_ones_record
         assert {placed[v] for v in values} == {partition}, f"partition {partition}: only the records sent to it"
     assert all(len(ns) == 1 for ns in owners.values()), "each virtual partition read by one member"
 
+    stored = broker.object_keys(topic)
+    assert stored and {k.rsplit("/", 2)[1] for k in stored} <= {"0", "1", "2"}, "objects of the 3 physical only"
+    assert all(k.endswith(".kfp") for k in stored), "every segment in a pack"
+
     committed = consumers[0].committed([TopicPartition(topic, p) for p in range(12)], timeout=20)
     assert {tp.partition: tp.offset for tp in committed} == {p: len(got[p]) for p in range(12)}
     for c in consumers:

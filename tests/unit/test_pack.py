@@ -26,7 +26,7 @@ def test_each_lane_reads_back_as_the_segment_and_index_it_was() -> None:
     lanes = [(0, _segment(0, b"a", b"b")), (10, _segment(7, b"c")), (20, _segment(3, b"d", b"e", b"f"))]
     pack = build_pack(lanes)
     found = parse_trailer(pack.data[-TAIL_READ:], len(pack.data), key="k")
-    assert found == pack.lanes and [p.lane for p in found] == [0, 10, 20]
+    assert found == pack.lanes and [(p.lane, p.base) for p in found] == [(0, 0), (10, 7), (20, 3)]
     for p, (_, built) in zip(found, lanes, strict=True):
         assert pack.data[p.position:p.position + p.size] == built.data
         assert pack.data[p.index_position:p.index_position + p.index_size] == built.index
@@ -60,24 +60,25 @@ def test_every_damaged_or_cut_trailer_byte_is_refused_naming_the_object() -> Non
     assert parse_trailer(pack[-short.value.size:], len(pack)) == parse_trailer(pack, len(pack))
 
 
-def _with_lanes(pack: bytes, lanes: list[tuple[int, int, int, int]]) -> bytes:
+def _with_lanes(pack: bytes, lanes: list[tuple[int, int, int, int, int]]) -> bytes:
     """The pack's lane bytes under a trailer listing `lanes`, its CRC right: what only the structure checks catch."""
     trailer_size = int.from_bytes(pack[-8:-4], "big")
-    trailer = struct.pack(">4si", b"PKT1", len(lanes)) + b"".join(struct.pack(">iqii", *lane) for lane in lanes)
+    trailer = struct.pack(">4si", b"PKT1", len(lanes)) + b"".join(struct.pack(">iqqii", *lane) for lane in lanes)
     return pack[:-trailer_size] + trailer + struct.pack(">Ii4s", crc32c(trailer), len(trailer) + 12, b"PACK")
 
 
 @pytest.mark.parametrize(("change", "message"), [
     (lambda ls: [ls[0], (ls[0][0], *ls[1][1:])], "not distinct lanes"),
     (lambda ls: [(-1, *ls[0][1:]), ls[1]], "not distinct lanes"),
-    (lambda ls: [ls[0], (ls[1][0], ls[1][1] + 1, ls[1][2] - 1, ls[1][3])], "does not follow"),
-    (lambda ls: [ls[0], (ls[1][0], ls[1][1], ls[1][2], ls[1][3] - 1)], "lanes end at"),
+    (lambda ls: [(ls[0][0], -1, *ls[0][2:]), ls[1]], "not distinct lanes"),
+    (lambda ls: [ls[0], (*ls[1][:2], ls[1][2] + 1, ls[1][3] - 1, ls[1][4])], "does not follow"),
+    (lambda ls: [ls[0], (*ls[1][:4], ls[1][4] - 1)], "lanes end at"),
     (lambda ls: [ls[0]], "lanes end at"),
-    (lambda ls: [(ls[0][0], 0, 40, ls[0][2] + ls[0][3] - 40), ls[1]], "does not follow"),
+    (lambda ls: [(*ls[0][:2], 0, 40, ls[0][3] + ls[0][4] - 40), ls[1]], "does not follow"),
 ])
 def test_a_trailer_whose_lanes_do_not_tile_the_object_is_refused(change: Any, message: str) -> None:
     built = build_pack([(0, _segment(0, b"a")), (5, _segment(0, b"b"))])
-    lanes = [(p.lane, p.position, p.size, p.index_size) for p in built.lanes]
+    lanes = [(p.lane, p.base, p.position, p.size, p.index_size) for p in built.lanes]
     with pytest.raises(CorruptSegmentError, match=message):
         damaged = _with_lanes(built.data, change(lanes))
         parse_trailer(damaged, len(damaged), key="k")

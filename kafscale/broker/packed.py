@@ -1,0 +1,65 @@
+"""Finding virtual partitions' segments in the packs of the object store, from the packs' trailers: what restore and
+rebuild roll forward from (kafscale.broker.snapshot) when no commit names them any more, or yet."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from kafscale.storage import keys as object_keys
+from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.object_store import ObjectInfo
+from kafscale.storage.pack import TAIL_READ, PackedLane, TrailerBeyondTail, parse_trailer
+from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, parse_segment_footer
+
+
+@dataclass(frozen=True, slots=True)
+class PackedSegment:
+    """One lane's segment in one pack."""
+
+    name: str  # the pack's name, as segment records hold it (storage.keys.pack_name)
+    key: str  # its object key
+    lane: PackedLane
+
+
+async def packed_segments(objects: AsyncObjectStore, namespace: str, topic: str,
+                          listed: list[ObjectInfo]) -> dict[int, list[PackedSegment]]:
+    """The lane segments in the packs among `listed` (objects of the topic), by lane."""
+    found: dict[int, list[PackedSegment]] = defaultdict(list)
+    for o in listed:
+        name = object_keys.pack_name_of(o.key, namespace, topic)
+        if name is None:
+            continue
+        for lane in await read_trailer(objects, o.key, o.size):
+            found[lane.lane].append(PackedSegment(name, o.key, lane))
+    return found
+
+
+async def read_trailer(objects: AsyncObjectStore, key: str, size: int) -> list[PackedLane]:
+    tail_size = min(TAIL_READ, size)
+    try:
+        return parse_trailer(await objects.get_range(key, size - tail_size, tail_size), size, key=key)
+    except TrailerBeyondTail as e:
+        return parse_trailer(await objects.get_range(key, size - e.size, e.size), size, key=key)
+
+
+async def last_offset(objects: AsyncObjectStore, segment: PackedSegment) -> int:
+    """The last offset of a packed segment, from its footer."""
+    lane = segment.lane
+    tail = await objects.get_range(segment.key, lane.position + lane.size - SEGMENT_FOOTER_SIZE, SEGMENT_FOOTER_SIZE)
+    return parse_segment_footer(tail, segment.key, object_size=lane.size).last_offset
+
+
+def virtual_layout(found: dict[int, list[PackedSegment]]) -> tuple[int, int] | None:
+    """(physical, virtual) partition counts of a topic whose packs these are, inferred for a rebuild from the
+    object store alone: the packs of physical partition p sit in its directory and hold lanes p, p + P, ...
+    None when the packs do not fit one layout (the topic is then rebuilt plain)."""
+    dirs = {int(s.name.split("/", 1)[0]) for segments in found.values() for s in segments}
+    if not dirs:
+        return None
+    physical = max(dirs) + 1
+    lanes = set(found)
+    if any(lane % physical != int(s.name.split("/", 1)[0]) for lane in lanes for s in found[lane]):
+        return None
+    virtual = (max(lanes) // physical + 1) * physical
+    return physical, virtual

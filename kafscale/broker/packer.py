@@ -1,0 +1,88 @@
+"""One physical partition's uploads: what its virtual partitions seal within a moment goes up as one pack object.
+
+A topic with virtual partitions stores P physical partitions (docs/virtual-partitions.md): each virtual partition
+("lane") keeps its own owner, offsets and commits, but the segments its lanes seal at about the same time are
+stored together, one conditional PUT instead of one a lane. The first segment to arrive opens a window of
+`window_s`; every lane sealing within it joins; a lane's next segment waits for the next pack. A failed PUT fails
+every lane's upload, and each lane's flush retries it as it retries any upload (joining a later pack).
+
+Each pack gets a fresh random name, so no two uploads ever write one key: a zombie owner's pack can only be
+garbage, which the janitor removes once no commit names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+from kafscale.storage import keys as object_keys
+from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.object_store import ObjectStoreError
+from kafscale.storage.pack import build_pack
+from kafscale.storage.segment import BuiltSegment
+
+
+@dataclass(frozen=True, slots=True)
+class PackPlace:
+    """Where an uploaded lane segment lies: the pack's name (keys.pack_name), its position, its index size."""
+
+    pack: str
+    position: int
+    index_size: int
+
+
+class Packer:
+    def __init__(self, objects: AsyncObjectStore, namespace: str, topic: str, physical: int, lanes: list[int],
+                 window_s: float) -> None:
+        self.objects, self.namespace, self.topic, self.physical = objects, namespace, topic, physical
+        self.lanes = lanes  # the virtual partitions of this physical partition
+        self.window_s = window_s
+        self.packs = 0  # packs stored, for tests and the bench
+        self._waiting: dict[int, tuple[BuiltSegment, asyncio.Future[PackPlace]]] = {}
+        self._stored: asyncio.Future[None] | None = None  # resolves when the open window's pack is done
+        self._timer: asyncio.Task[None] | None = None
+
+    async def upload(self, lane: int, built: BuiltSegment) -> PackPlace:
+        """Store one lane's sealed segment (and its index) in the next pack; where it went."""
+        while lane in self._waiting:  # this lane's previous segment is in the open window: the next one
+            assert self._stored is not None
+            await asyncio.shield(self._stored)
+        loop = asyncio.get_running_loop()
+        placed: asyncio.Future[PackPlace] = loop.create_future()
+        placed.add_done_callback(_retrieved)  # a lane closed meanwhile never awaits its failure
+        self._waiting[lane] = (built, placed)
+        if self._timer is None:
+            self._stored = loop.create_future()
+            self._timer = loop.create_task(self._store_after(self.window_s))
+        return await placed
+
+    async def _store_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        waiting, self._waiting = self._waiting, {}
+        stored, self._stored, self._timer = self._stored, None, None
+        try:
+            pack = build_pack(sorted((lane, built) for lane, (built, _) in waiting.items()))
+            name = object_keys.pack_name(self.physical, uuid.uuid4().hex)
+            key = object_keys.pack_key(self.namespace, self.topic, name)
+            if not await self.objects.put_if_absent(key, pack.data):
+                raise ObjectStoreError(f"{key} exists, yet its name is new")
+            self.packs += 1
+            for p in pack.lanes:
+                _, placed = waiting[p.lane]
+                if not placed.done():
+                    placed.set_result(PackPlace(name, p.position, p.index_size))
+        except BaseException as e:
+            for _, placed in waiting.values():
+                if not placed.done():
+                    placed.set_exception(e if isinstance(e, Exception) else ObjectStoreError("pack upload cancelled"))
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            if stored is not None and not stored.done():
+                stored.set_result(None)
+
+
+def _retrieved(future: asyncio.Future[PackPlace]) -> None:
+    if not future.cancelled():
+        future.exception()

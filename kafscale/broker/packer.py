@@ -42,6 +42,7 @@ class Packer:
         self._waiting: dict[int, tuple[BuiltSegment, asyncio.Future[PackPlace]]] = {}
         self._stored: asyncio.Future[None] | None = None  # resolves when the open window's pack is done
         self._timer: asyncio.Task[None] | None = None
+        self._storing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
 
     async def upload(self, lane: int, built: BuiltSegment) -> PackPlace:
         """Store one lane's sealed segment (and its index) in the next pack; where it went."""
@@ -55,6 +56,8 @@ class Packer:
         if self._timer is None:
             self._stored = loop.create_future()
             self._timer = loop.create_task(self._store_after(self.window_s))
+            self._storing.add(self._timer)
+            self._timer.add_done_callback(self._storing.discard)
         return await placed
 
     async def _store_after(self, delay: float) -> None:

@@ -1,0 +1,83 @@
+"""The packer (kafscale.broker.packer): lanes sealing within a window share one PUT; a lane's next segment goes into
+the next pack; a failed PUT fails every lane's upload, and each one's retry joins a later pack."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from kafscale.broker.packer import Packer
+from kafscale.storage import keys as object_keys
+from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.batch import set_base_offset
+from kafscale.storage.local_store import LocalDirStore
+from kafscale.storage.object_store import ObjectStoreError
+from kafscale.storage.pack import parse_trailer
+from kafscale.storage.segment import BuiltSegment, SegmentReader, build_segment
+from tests.unit.fake_broker import record_batch
+
+
+def _segment(base: int, value: bytes) -> BuiltSegment:
+    batch = record_batch(value)
+    set_base_offset(batch, 0, base)
+    return build_segment([batch], created_ms=1)
+
+
+class FailingOnce(LocalDirStore):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.failures = 1
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if self.failures:
+            self.failures -= 1
+            raise ObjectStoreError("503 SlowDown")
+        return super().put_if_absent(key, data)
+
+
+async def test_lanes_sealing_together_share_one_pack_and_each_reads_back_its_own(tmp_path: Path) -> None:
+    store = LocalDirStore(tmp_path)
+    objects = AsyncObjectStore(store)
+    packer = Packer(objects, "ns", "t", 1, [1, 4, 7], window_s=0.05)
+    built = {1: _segment(0, b"one"), 4: _segment(9, b"four"), 7: _segment(3, b"seven")}
+    places = await asyncio.gather(*(packer.upload(lane, b) for lane, b in built.items()))
+    assert packer.packs == 1 and len({p.pack for p in places}) == 1
+    key = object_keys.pack_key("ns", "t", places[0].pack)
+    assert key.startswith("ns/t/1/pack-") and key.endswith(".kfp")
+    data = store.get(key)
+    assert {p.lane for p in parse_trailer(data, len(data))} == {1, 4, 7}
+    for (_lane, b), place in zip(built.items(), places, strict=True):
+        assert SegmentReader(data[place.position:place.position + len(b.data)]).info == b.info
+        assert data[place.position + len(b.data):place.position + len(b.data) + place.index_size] == b.index
+    objects.close()
+
+
+async def test_a_lanes_next_segment_goes_into_the_next_pack(tmp_path: Path) -> None:
+    objects = AsyncObjectStore(LocalDirStore(tmp_path))
+    packer = Packer(objects, "ns", "t", 0, [0, 2], window_s=0.02)
+    first, second, other = await asyncio.gather(packer.upload(0, _segment(0, b"a")),
+                                                packer.upload(0, _segment(1, b"b")),
+                                                packer.upload(2, _segment(0, b"c")))
+    assert first.pack == other.pack != second.pack and packer.packs == 2
+    objects.close()
+
+
+async def test_a_failed_put_fails_every_lane_and_a_retry_joins_a_later_pack(tmp_path: Path) -> None:
+    objects = AsyncObjectStore(FailingOnce(tmp_path))
+    packer = Packer(objects, "ns", "t", 0, [0, 2], window_s=0.01)
+    results = await asyncio.gather(packer.upload(0, _segment(0, b"a")), packer.upload(2, _segment(0, b"c")),
+                                   return_exceptions=True)
+    assert all(isinstance(r, ObjectStoreError) for r in results) and packer.packs == 0
+    again = await asyncio.gather(packer.upload(0, _segment(0, b"a")), packer.upload(2, _segment(0, b"c")))
+    assert again[0].pack == again[1].pack and packer.packs == 1
+    objects.close()
+
+
+def test_a_pack_name_is_checked() -> None:
+    with pytest.raises(ValueError, match="not a pack name"):
+        object_keys.pack_key("ns", "t", "../other/pack-x.kfp")
+    assert object_keys.pack_name_of("ns/t/3/pack-" + "a" * 32 + ".kfp", "ns", "t") == "3/pack-" + "a" * 32 + ".kfp"
+    assert object_keys.pack_name_of("ns/t/3/segment-00000000000000000000.kfs", "ns", "t") is None
+    assert object_keys.parse_segment_key("ns/t/3/pack-" + "a" * 32 + ".kfp") is None

@@ -71,16 +71,7 @@ def produce(b: InProcessBroker, topic: str, values: list[bytes], partitions: int
 
 
 def consume(b: InProcessBroker, topic: str, n: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"g-{time.monotonic()}"})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 20
-    try:
-        while len(got) < n and time.monotonic() < deadline:
-            got += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
-    finally:
-        consumer.close()
-    return got
+    return consume_from(b, topic, 0, n)
 
 
 def create(b: InProcessBroker, topic: str) -> None:

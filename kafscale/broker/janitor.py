@@ -88,7 +88,13 @@ async def sweep_packs(meta: MetadataStore, objects: AsyncObjectStore, namespace:
     now = time.time() if now is None else now
     unnamed = [(o, name) for o, name in listed if name not in named]
     due = [(o, name) for o, name in unnamed if now - o.modified >= grace_s]
-    dead = [o.key for o, name in due if await _pack_is_dead(meta, objects, topic, o.key, o.size, name)]
+    dead = []
+    for o, name in due:
+        try:
+            if await _pack_is_dead(meta, objects, topic, o.key, o.size, name):
+                dead.append(o.key)
+        except Exception as e:  # one unreadable pack (damaged, or deleted meanwhile) must not stop the others
+            log.warning("janitor: pack %s left alone: %s", o.key, e)
     if dead:
         await objects.delete_many(dead)
         log.info("%s (physical partition %d): janitor deleted %d pack(s) no commit names", topic, physical,
@@ -148,6 +154,8 @@ async def delete_topic_objects(meta: MetadataStore, objects: AsyncObjectStore, n
 
 
 def _in_topic(key: str, namespace: str, name: str) -> bool:
+    if key.endswith(f".{object_keys.PACK_SUFFIX}"):  # a pack of this topic, not of a nested namespace's topic
+        return object_keys.pack_name_of(key, namespace, name) is not None
     parsed = object_keys.parse_segment_key(key)
     return parsed is None or (parsed.namespace, parsed.topic) == (namespace, name)  # a nested namespace's: no
 

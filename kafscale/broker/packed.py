@@ -3,14 +3,18 @@ rebuild roll forward from (kafscale.broker.snapshot) when no commit names them a
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.batch import CorruptSegmentError
 from kafscale.storage.object_store import ObjectInfo
 from kafscale.storage.pack import TAIL_READ, PackedLane, TrailerBeyondTail, parse_trailer
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, parse_segment_footer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,12 @@ async def packed_segments(objects: AsyncObjectStore, namespace: str, topic: str,
         name = object_keys.pack_name_of(o.key, namespace, topic)
         if name is None:
             continue
-        for lane in await read_trailer(objects, o.key, o.size):
+        try:
+            lanes = await read_trailer(objects, o.key, o.size)
+        except CorruptSegmentError as e:  # a damaged pack: its segments are not rolled forward, the rest are
+            log.warning("pack %s skipped: %s", o.key, e)
+            continue
+        for lane in lanes:
             found[lane.lane].append(PackedSegment(name, o.key, lane))
     return found
 

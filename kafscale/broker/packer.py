@@ -40,31 +40,37 @@ class Packer:
         self.window_s = window_s
         self.packs = 0  # packs stored, for tests and the bench
         self._waiting: dict[int, tuple[BuiltSegment, asyncio.Future[PackPlace]]] = {}
-        self._stored: asyncio.Future[None] | None = None  # resolves when the open window's pack is done
-        self._timer: asyncio.Task[None] | None = None
+        self._closed: asyncio.Future[None] | None = None  # resolves when the open window closes
         self._storing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
 
     async def upload(self, lane: int, built: BuiltSegment) -> PackPlace:
         """Store one lane's sealed segment (and its index) in the next pack; where it went."""
         while lane in self._waiting:  # this lane's previous segment is in the open window: the next one
-            assert self._stored is not None
-            await asyncio.shield(self._stored)
+            assert self._closed is not None
+            await asyncio.shield(self._closed)  # not its PUT: a lane keeps several uploads in flight
         loop = asyncio.get_running_loop()
         placed: asyncio.Future[PackPlace] = loop.create_future()
         placed.add_done_callback(_retrieved)  # a lane closed meanwhile never awaits its failure
         self._waiting[lane] = (built, placed)
-        if self._timer is None:
-            self._stored = loop.create_future()
-            self._timer = loop.create_task(self._store_after(self.window_s))
-            self._storing.add(self._timer)
-            self._timer.add_done_callback(self._storing.discard)
+        if self._closed is None:
+            self._closed = loop.create_future()
+            task = loop.create_task(self._store_after(self.window_s))
+            self._storing.add(task)
+            task.add_done_callback(self._storing.discard)
         return await placed
 
-    async def _store_after(self, delay: float) -> None:
-        await asyncio.sleep(delay)
+    def _close_window(self) -> dict[int, tuple[BuiltSegment, asyncio.Future[PackPlace]]]:
         waiting, self._waiting = self._waiting, {}
-        stored, self._stored, self._timer = self._stored, None, None
+        closed, self._closed = self._closed, None
+        if closed is not None and not closed.done():
+            closed.set_result(None)
+        return waiting
+
+    async def _store_after(self, delay: float) -> None:
+        waiting: dict[int, tuple[BuiltSegment, asyncio.Future[PackPlace]]] = {}
         try:
+            await asyncio.sleep(delay)
+            waiting = self._close_window()
             pack = build_pack(sorted((lane, built) for lane, (built, _) in waiting.items()))
             name = object_keys.pack_name(self.physical, uuid.uuid4().hex)
             key = object_keys.pack_key(self.namespace, self.topic, name)
@@ -76,14 +82,12 @@ class Packer:
                 if not placed.done():
                     placed.set_result(PackPlace(name, p.position, p.index_size))
         except BaseException as e:
+            waiting = waiting or self._close_window()  # cancelled in the window: it closes all the same
             for _, placed in waiting.values():
                 if not placed.done():
                     placed.set_exception(e if isinstance(e, Exception) else ObjectStoreError("pack upload cancelled"))
             if not isinstance(e, Exception):
                 raise
-        finally:
-            if stored is not None and not stored.done():
-                stored.set_result(None)
 
 
 def _retrieved(future: asyncio.Future[PackPlace]) -> None:

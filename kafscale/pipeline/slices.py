@@ -121,7 +121,9 @@ def _record_data_loss(piece: Slice, reason: str) -> None:
         return
     os.makedirs(piece.data_loss_dir, exist_ok=True)
     # One file per slice: a retried task rewrites its own file instead of counting twice.
-    name = hashlib.sha1(f"{piece.key}:{piece.byte_range}".encode()).hexdigest() + ".json"
+    # The segment, not only the object: the lanes of a pack share its key.
+    name = hashlib.sha1(f"{piece.key}:{piece.partition}:{piece.segment.base}:{piece.byte_range}".encode()
+                        ).hexdigest() + ".json"
     tmp = os.path.join(piece.data_loss_dir, "." + name)
     with open(tmp, "w") as fh:
         json.dump({"key": piece.key, "topic": piece.topic, "partition": piece.partition,

@@ -4,6 +4,7 @@ the next pack; a failed PUT fails every lane's upload, and each one's retry join
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,31 @@ def test_a_pack_name_is_checked() -> None:
     assert object_keys.pack_name_of("ns/t/3/pack-" + "a" * 32 + ".kfp", "ns", "t") == "3/pack-" + "a" * 32 + ".kfp"
     assert object_keys.pack_name_of("ns/t/3/segment-00000000000000000000.kfs", "ns", "t") is None
     assert object_keys.parse_segment_key("ns/t/3/pack-" + "a" * 32 + ".kfp") is None
+
+
+async def test_a_lanes_next_segment_does_not_wait_for_the_previous_put(tmp_path: Path) -> None:
+    class SlowPut(LocalDirStore):
+        def put_if_absent(self, key: str, data: bytes) -> bool:
+            time.sleep(0.3)
+            return super().put_if_absent(key, data)
+
+    objects = AsyncObjectStore(SlowPut(tmp_path))
+    packer = Packer(objects, "ns", "t", 0, [0], window_s=0.01)
+    started = time.monotonic()
+    await asyncio.gather(packer.upload(0, _segment(0, b"a")), packer.upload(0, _segment(1, b"b")))
+    assert packer.packs == 2 and time.monotonic() - started < 0.55, "the two PUTs overlapped"
+    objects.close()
+
+
+async def test_a_window_cancelled_before_its_put_fails_its_lanes_and_the_next_one_works(tmp_path: Path) -> None:
+    objects = AsyncObjectStore(LocalDirStore(tmp_path))
+    packer = Packer(objects, "ns", "t", 0, [0], window_s=5)
+    upload = asyncio.ensure_future(packer.upload(0, _segment(0, b"a")))
+    await asyncio.sleep(0.01)
+    for task in list(packer._storing):
+        task.cancel()
+    with pytest.raises(ObjectStoreError, match="cancelled"):
+        await upload
+    packer.window_s = 0.01
+    assert (await packer.upload(0, _segment(0, b"a"))).pack and packer.packs == 1
+    objects.close()

@@ -125,7 +125,7 @@ async def _upload_pending(owner: PartitionOwner, pending: Pending) -> Uploaded:
     while True:
         try:
             if owner.packer is not None:
-                return Uploaded(built, 0, started, await owner.packer.upload(owner.partition, built))
+                return Uploaded(built, 0, started, await owner.packer.upload(owner.partition, owner.epoch, built))
             key_epoch = await upload_segment(owner.objects, owner.settings.namespace, owner.topic, owner.partition,
                                              owner.epoch, built.info.base_offset, built.data, built.index)
             return Uploaded(built, key_epoch, started)

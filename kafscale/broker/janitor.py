@@ -14,11 +14,12 @@ Why a deletion is safe:
   for readers that looked up a segment just before retention dropped it.
 - **A pack** (the objects a topic with virtual partitions stores, kafscale.storage.pack) holds segments of
   several lanes, each of which commits on its own and drops its segments on its own; a pack is swept once per
-  physical partition. It is garbage for good when, for every lane its trailer lists, the lane's committed end is
-  past the segment's base offset and the lane's record at that base does not name the pack: commits only add at
-  the end, so none will ever name it. (The end is read before the record: a commit writes both at once, and a
-  record dropped meanwhile only makes the pack garbage sooner.) Only packs no committed record names, and older
-  than `grace_s`, are looked at.
+  physical partition. It is garbage for good when, for every lane its trailer lists, the lane's record at the
+  segment's base does not name the pack and either the lane's committed end is past that base (commits only add
+  at the end) or the lane's owner epoch is past the one that wrote the segment (that writer's commits are
+  fenced). The reads go epoch, then end, then record: a commit writes the end and the record at once, under the
+  epoch it was made with, so what a fenced writer committed before losing the lane is seen. Only packs no
+  committed record names, and older than `grace_s`, are looked at.
 - **A deleted topic's objects.** Deleting a topic writes a record (`deleted_topics/{name}`) in the same
   transaction, and no topic of that name can be made while it exists. The shard that deleted the topic deletes
   its objects at once and then the record; the janitor finishes deletions whose record is over a minute old.
@@ -104,14 +105,16 @@ async def sweep_packs(meta: MetadataStore, objects: AsyncObjectStore, namespace:
 
 async def _pack_is_dead(meta: MetadataStore, objects: AsyncObjectStore, topic: str, key: str, size: int,
                         name: str) -> bool:
-    for lane in await read_trailer(objects, key, size):
+    for lane in (await read_trailer(objects, key, size)).lanes:
+        owner = await meta.get(keys.owner(topic, lane.lane))
         state = await meta.get(keys.state(topic, lane.lane))
-        end = int(state.value["next_offset"]) if state is not None else 0
-        if lane.base >= end:
-            return False  # its commit may still be on its way
         record = await meta.get(keys.segment(topic, lane.lane, lane.base))
         if record is not None and record.value.get("pack") == name:
             return False
+        end = int(state.value["next_offset"]) if state is not None else 0
+        fenced = owner is not None and int(owner.value.get("epoch", 0)) > lane.epoch
+        if lane.base >= end and not fenced:
+            return False  # its commit may still be on its way
     return True
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafscale.broker.commit_batcher import CommitBatcher
-from kafscale.broker.packer import Packer
+from kafscale.broker.packer import Packer, PhysicalPartition
 from kafscale.broker.partition_owner import OwnerSettings, PartitionOwner
 from kafscale.broker.stats import BrokerMetrics
 from kafscale.storage.async_store import AsyncObjectStore
@@ -42,7 +42,7 @@ class OwnerTable:
     def __init__(self, shard_id: int, *, meta: MetadataStore, objects: AsyncObjectStore, cache: ByteLRU,
                  settings: OwnerSettings, committer: CommitBatcher, metrics: BrokerMetrics,
                  topic_configs: Callable[[str], dict[str, Any]],
-                 physical_of: Callable[[str, int], tuple[int, list[int]] | None] = lambda _t, _p: None) -> None:
+                 physical_of: Callable[[str, int], PhysicalPartition | None] = lambda _t, _p: None) -> None:
         self.shard_id = shard_id
         self.meta = meta
         self.objects = objects
@@ -96,11 +96,11 @@ class OwnerTable:
         found = self.physical_of(topic, partition)
         if found is None:
             return None
-        physical, lanes = found
-        packer = self.packers.get((topic, physical))
+        packer = self.packers.get((topic, found.index))
         if packer is None:
-            packer = self.packers[(topic, physical)] = Packer(self.objects, self.settings.namespace, topic, physical,
-                                                              lanes, self.settings.flush_interval_ms / 1000)
+            packer = self.packers[(topic, found.index)] = Packer(
+                self.objects, self.settings.namespace, topic, found.index, found.lanes, found.layout,
+                self.settings.flush_interval_ms / 1000)
         return packer
 
     def open_early(self, topic: str, partitions: list[int]) -> None:

@@ -11,7 +11,7 @@ from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import CorruptSegmentError
 from kafscale.storage.object_store import ObjectInfo
-from kafscale.storage.pack import TAIL_READ, PackedLane, TrailerBeyondTail, parse_trailer
+from kafscale.storage.pack import TAIL_READ, PackedLane, PackTrailer, TrailerBeyondTail, parse_trailer
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, parse_segment_footer
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ class PackedSegment:
     name: str  # the pack's name, as segment records hold it (storage.keys.pack_name)
     key: str  # its object key
     lane: PackedLane
+    layout: tuple[int, int]  # the topic's (physical, virtual) partition counts when the pack was written
 
 
 async def packed_segments(objects: AsyncObjectStore, namespace: str, topic: str,
@@ -35,16 +36,16 @@ async def packed_segments(objects: AsyncObjectStore, namespace: str, topic: str,
         if name is None:
             continue
         try:
-            lanes = await read_trailer(objects, o.key, o.size)
+            trailer = await read_trailer(objects, o.key, o.size)
         except CorruptSegmentError as e:  # a damaged pack: its segments are not rolled forward, the rest are
             log.warning("pack %s skipped: %s", o.key, e)
             continue
-        for lane in lanes:
-            found[lane.lane].append(PackedSegment(name, o.key, lane))
+        for lane in trailer.lanes:
+            found[lane.lane].append(PackedSegment(name, o.key, lane, (trailer.physical, trailer.virtual)))
     return found
 
 
-async def read_trailer(objects: AsyncObjectStore, key: str, size: int) -> list[PackedLane]:
+async def read_trailer(objects: AsyncObjectStore, key: str, size: int) -> PackTrailer:
     tail_size = min(TAIL_READ, size)
     try:
         return parse_trailer(await objects.get_range(key, size - tail_size, tail_size), size, key=key)
@@ -60,15 +61,9 @@ async def last_offset(objects: AsyncObjectStore, segment: PackedSegment) -> int:
 
 
 def virtual_layout(found: dict[int, list[PackedSegment]]) -> tuple[int, int] | None:
-    """(physical, virtual) partition counts of a topic whose packs these are, inferred for a rebuild from the
-    object store alone: the packs of physical partition p sit in its directory and hold lanes p, p + P, ...
-    None when the packs do not fit one layout (the topic is then rebuilt plain)."""
-    dirs = {int(s.name.split("/", 1)[0]) for segments in found.values() for s in segments}
-    if not dirs:
+    """(physical, virtual) partition counts of the topic these packs belong to, as their trailers record it, for a
+    rebuild from the object store alone: the newest pack's, should an older topic of the name have left others."""
+    packs = [s for segments in found.values() for s in segments]
+    if not packs:
         return None
-    physical = max(dirs) + 1
-    lanes = set(found)
-    if any(lane % physical != int(s.name.split("/", 1)[0]) for lane in lanes for s in found[lane]):
-        return None
-    virtual = (max(lanes) // physical + 1) * physical
-    return physical, virtual
+    return max(packs, key=lambda s: s.lane.epoch).layout

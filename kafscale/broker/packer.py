@@ -24,6 +24,15 @@ from kafscale.storage.segment import BuiltSegment
 
 
 @dataclass(frozen=True, slots=True)
+class PhysicalPartition:
+    """A virtual partition's physical partition: its index, its virtual partitions, the topic's (P, V)."""
+
+    index: int
+    lanes: list[int]
+    layout: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
 class PackPlace:
     """Where an uploaded lane segment lies: the pack's name (keys.pack_name), its position, its index size."""
 
@@ -34,24 +43,26 @@ class PackPlace:
 
 class Packer:
     def __init__(self, objects: AsyncObjectStore, namespace: str, topic: str, physical: int, lanes: list[int],
-                 window_s: float) -> None:
+                 layout: tuple[int, int], window_s: float) -> None:
         self.objects, self.namespace, self.topic, self.physical = objects, namespace, topic, physical
         self.lanes = lanes  # the virtual partitions of this physical partition
+        self.layout = layout  # the topic's (physical, virtual) partition counts, recorded in every pack
         self.window_s = window_s
         self.packs = 0  # packs stored, for tests and the bench
-        self._waiting: dict[int, tuple[BuiltSegment, asyncio.Future[PackPlace]]] = {}
+        self._waiting: dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]] = {}
         self._closed: asyncio.Future[None] | None = None  # resolves when the open window closes
         self._storing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
 
-    async def upload(self, lane: int, built: BuiltSegment) -> PackPlace:
-        """Store one lane's sealed segment (and its index) in the next pack; where it went."""
+    async def upload(self, lane: int, epoch: int, built: BuiltSegment) -> PackPlace:
+        """Store one lane's sealed segment (and its index) in the next pack, as written by the lane's owner of
+        `epoch`; where it went."""
         while lane in self._waiting:  # this lane's previous segment is in the open window: the next one
             assert self._closed is not None
             await asyncio.shield(self._closed)  # not its PUT: a lane keeps several uploads in flight
         loop = asyncio.get_running_loop()
         placed: asyncio.Future[PackPlace] = loop.create_future()
         placed.add_done_callback(_retrieved)  # a lane closed meanwhile never awaits its failure
-        self._waiting[lane] = (built, placed)
+        self._waiting[lane] = (epoch, built, placed)
         if self._closed is None:
             self._closed = loop.create_future()
             task = loop.create_task(self._store_after(self.window_s))
@@ -59,7 +70,7 @@ class Packer:
             task.add_done_callback(self._storing.discard)
         return await placed
 
-    def _close_window(self) -> dict[int, tuple[BuiltSegment, asyncio.Future[PackPlace]]]:
+    def _close_window(self) -> dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]]:
         waiting, self._waiting = self._waiting, {}
         closed, self._closed = self._closed, None
         if closed is not None and not closed.done():
@@ -67,23 +78,24 @@ class Packer:
         return waiting
 
     async def _store_after(self, delay: float) -> None:
-        waiting: dict[int, tuple[BuiltSegment, asyncio.Future[PackPlace]]] = {}
+        waiting: dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]] = {}
         try:
             await asyncio.sleep(delay)
             waiting = self._close_window()
-            pack = build_pack(sorted((lane, built) for lane, (built, _) in waiting.items()))
+            pack = build_pack([(lane, epoch, built) for lane, (epoch, built, _) in sorted(waiting.items())],
+                              *self.layout)
             name = object_keys.pack_name(self.physical, uuid.uuid4().hex)
             key = object_keys.pack_key(self.namespace, self.topic, name)
             if not await self.objects.put_if_absent(key, pack.data):
                 raise ObjectStoreError(f"{key} exists, yet its name is new")
             self.packs += 1
             for p in pack.lanes:
-                _, placed = waiting[p.lane]
+                _, _, placed = waiting[p.lane]
                 if not placed.done():
                     placed.set_result(PackPlace(name, p.position, p.index_size))
         except BaseException as e:
             waiting = waiting or self._close_window()  # cancelled in the window: it closes all the same
-            for _, placed in waiting.values():
+            for _, _, placed in waiting.values():
                 if not placed.done():
                     placed.set_exception(e if isinstance(e, Exception) else ObjectStoreError("pack upload cancelled"))
             if not isinstance(e, Exception):

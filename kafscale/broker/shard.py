@@ -20,6 +20,7 @@ from kafscale.broker.fetch import long_poll
 from kafscale.broker.handoff import HandOffs
 from kafscale.broker.interface import FetchItem, Peer, Peers, ProduceItem
 from kafscale.broker.owners import OwnerTable
+from kafscale.broker.packer import PhysicalPartition
 from kafscale.broker.partition_owner import OwnerSettings, PartitionOwner
 from kafscale.broker.produce import ProducePath
 from kafscale.broker.results import (
@@ -172,14 +173,13 @@ class ShardCore:
                                             self._unit_of(t, p))
                              for (t, p), o in list(self.owners.items())))
 
-    def _physical_of(self, topic: str, partition: int) -> tuple[int, list[int]] | None:
-        """A virtual partition's physical partition (its segments share that one's packs) and that one's virtual
-        partitions; None when plain."""
+    def _physical_of(self, topic: str, partition: int) -> PhysicalPartition | None:
+        """A virtual partition's physical partition (its segments share that one's packs); None when plain."""
         info = self.topics.topics.get(topic)
         if info is None or not info.physical:
             return None
         unit = info.unit_of(partition)
-        return unit, info.lanes(unit)
+        return PhysicalPartition(unit, info.lanes(unit), (info.physical, info.partitions))
 
     def _unit_of(self, topic: str, partition: int) -> int:
         info = self.topics.topics.get(topic)

@@ -210,9 +210,10 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
                         packed: list[PackedSegment] | None = None) -> tuple[int, int]:
     """Bring one partition's state up to the segments in the object store (known: the snapshot's keys of this
     partition; packed: a virtual partition's segments in packs); returns the segments added, and the highest
-    producer id in them (-1: none). A segment is (base, (key epoch, pack name)): a pack's is (base, (0, name))."""
+    producer id in them (-1: none). A segment is (base, (owner epoch, pack name)): a plain one's pack name is ""
+    and its epoch the key's (0 for the plain key)."""
     known = known or {}
-    in_packs = {(s.lane.base, (0, s.name)): s for s in packed or ()}
+    in_packs = {(s.lane.base, (s.lane.epoch, s.name)): s for s in packed or ()}
     pairs: dict[tuple[int, int], set[str]] = defaultdict(set)
     sizes: dict[tuple[int, int], int] = {}
     for o in await objects.list(object_keys.partition_prefix(namespace, topic, partition)):
@@ -224,7 +225,7 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
             sizes[(parsed.base_offset, parsed.epoch)] = o.size
     whole = {pair for pair, kinds in pairs.items() if kinds == {"kfs", "index"}}  # a half upload acked nothing
     present = {(base, (epoch, "")) for base, epoch in whole} | set(in_packs)
-    top_epoch = max((e for _, e in pairs), default=0)
+    top_epoch = max([e for _, e in pairs] + [s.lane.epoch for s in packed or ()], default=0)
     ops: list[Op] = []
     segments = sorted((v for k, v in known.items() if k.startswith(keys.segments(topic, partition))),
                       key=lambda v: v["base"])
@@ -286,7 +287,7 @@ def _longest_chain(lasts: dict[tuple[int, Variant], int], start: int) -> list[tu
     lowest base whose run reaches furthest (retention may have removed the front). At each base the object whose
     run reaches furthest wins: an uncommitted leftover (a fenced owner's upload) ends its run where its commit
     failed, while the committed segments go on. Equal runs go to the highest variant: the highest owner epoch,
-    written last (a virtual partition's packs, each a fresh name, never tie on their runs' ends in practice)."""
+    written last (packs record the epoch of each lane's writer)."""
     by_base: dict[int, list[tuple[Variant, int]]] = defaultdict(list)
     for (base, variant), last in lasts.items():
         by_base[base].append((variant, last))

@@ -7,15 +7,17 @@ Layout (big-endian; docs/format.md has the byte table):
     lane 2 segment
     lane 2 index
     …
-    trailer          b"PKT1" · i32 lane count · per lane: i32 lane · i64 base offset · i64 segment position
-                     · i32 segment size · i32 index size · u32 CRC32C of the trailer so far · i32 trailer size
-                     · b"PACK"
+    trailer          b"PKT1" · i32 physical partitions · i32 virtual partitions · i32 lane count · per lane: i32 lane
+                     · i64 owner epoch · i64 base offset · i64 segment position · i32 segment size · i32 index size
+                     · u32 CRC32C of the trailer so far · i32 trailer size · b"PACK"
 
 Each lane's bytes are contiguous and byte-identical to the segment and index objects a plain partition writes, so
 a lane is read as a byte range of the pack with the same code (and the same checks) as a segment object, and a
 fetch never reads another lane's records. The trailer makes a pack self-describing: rebuilding metadata from the
 object store alone reads the last bytes of each pack to find its lanes, and the janitor learns from it which
-lanes' commits could name the pack (their base offsets) without reading the segments.
+lanes' commits could name the pack (their base offsets), and which owner incarnation wrote each (its epoch: a
+successor's segment at the same offset wins, and a fenced writer's segment is garbage), without reading the
+segments. The topic's layout (P and V) is there for a rebuild from the object store alone.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, B
 
 TRAILER_MAGIC = b"PKT1"
 END_MAGIC = b"PACK"
-_COUNT = struct.Struct(">4si")
-_LANE = struct.Struct(">iqqii")
+_COUNT = struct.Struct(">4siii")
+_LANE = struct.Struct(">iqqqii")
 _END = struct.Struct(">Ii4s")
-# A reader fetches this many bytes from the end first: the whole trailer of a pack of up to 291 lanes (a larger
+# A reader fetches this many bytes from the end first: the whole trailer of a pack of up to 226 lanes (a larger
 # one says how many bytes its trailer needs).
 TAIL_READ = 8192
 
@@ -45,6 +47,7 @@ class PackedLane:
     """Where one lane's segment and its index lie in a pack."""
 
     lane: int
+    epoch: int  # the owner epoch of the lane's writer
     base: int  # the segment's base offset
     position: int  # of the segment's first byte
     size: int  # of the segment
@@ -56,28 +59,36 @@ class PackedLane:
 
 
 @dataclass(frozen=True, slots=True)
+class PackTrailer:
+    physical: int  # the topic's physical partitions (P)
+    virtual: int  # and virtual ones (V)
+    lanes: list[PackedLane]
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltPack:
     data: bytes
     lanes: list[PackedLane]
 
 
-def build_pack(segments: Sequence[tuple[int, BuiltSegment]]) -> BuiltPack:
-    """One object from each lane's built segment, in the order given: (lane, segment) pairs, each lane once."""
+def build_pack(segments: Sequence[tuple[int, int, BuiltSegment]], physical: int, virtual: int) -> BuiltPack:
+    """One object from each lane's built segment, in the order given: (lane, owner epoch, segment), each lane once;
+    physical and virtual: the topic's layout."""
     if not segments:
         raise ValueError("a pack holds at least one lane")
-    seen = [lane for lane, _ in segments]
+    seen = [lane for lane, _, _ in segments]
     if len(set(seen)) != len(seen):
         raise ValueError(f"a lane is packed twice: {seen}")
     parts: list[bytes] = []
     lanes: list[PackedLane] = []
     position = 0
-    for lane, built in segments:
-        lanes.append(PackedLane(lane, built.info.base_offset, position, len(built.data), len(built.index)))
+    for lane, epoch, built in segments:
+        lanes.append(PackedLane(lane, epoch, built.info.base_offset, position, len(built.data), len(built.index)))
         parts += (built.data, built.index)
         position += len(built.data) + len(built.index)
-    trailer = bytearray(_COUNT.pack(TRAILER_MAGIC, len(lanes)))
+    trailer = bytearray(_COUNT.pack(TRAILER_MAGIC, physical, virtual, len(lanes)))
     for p in lanes:
-        trailer += _LANE.pack(p.lane, p.base, p.position, p.size, p.index_size)
+        trailer += _LANE.pack(p.lane, p.epoch, p.base, p.position, p.size, p.index_size)
     trailer += _END.pack(crc32c(bytes(trailer)), len(trailer) + _END.size, END_MAGIC)
     parts.append(bytes(trailer))
     return BuiltPack(b"".join(parts), lanes)
@@ -91,9 +102,9 @@ class TrailerBeyondTail(Exception):
         self.size = size
 
 
-def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> list[PackedLane]:
+def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> PackTrailer:
     """The lanes of a pack of object_size bytes, from its last bytes (`tail`; the last TAIL_READ bytes hold the
-    trailer of a pack of up to 291 lanes). Raises TrailerBeyondTail when the trailer is longer than `tail`, and
+    trailer of a pack of up to 226 lanes). Raises TrailerBeyondTail when the trailer is longer than `tail`, and
     CorruptSegmentError naming the object for anything damaged."""
     if len(tail) < _COUNT.size + _END.size or len(tail) > object_size:
         raise CorruptSegmentError(f"pack tail of {len(tail)} bytes cannot hold a trailer", key=key)
@@ -110,14 +121,17 @@ def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> list
     body = tail[start:len(tail) - _END.size]
     if crc32c(body) != crc:
         raise CorruptSegmentError("pack trailer CRC mismatch", key=key, position=object_size - _END.size)
-    magic, count = _COUNT.unpack_from(body, 0)
+    magic, physical, virtual, count = _COUNT.unpack_from(body, 0)
     if magic != TRAILER_MAGIC or count < 1 or len(body) != _COUNT.size + count * _LANE.size:
         raise CorruptSegmentError(f"pack trailer {magic!r} with {count} lanes in {len(body)} bytes", key=key,
                                   position=object_size - size)
     lanes = [PackedLane(*_LANE.unpack_from(body, _COUNT.size + i * _LANE.size)) for i in range(count)]
     end_of_lanes = object_size - size
     expected = 0
-    if len({p.lane for p in lanes}) != len(lanes) or any(p.lane < 0 or p.base < 0 for p in lanes):
+    if not 1 <= physical <= virtual or virtual % physical or any(p.lane >= virtual for p in lanes):
+        raise CorruptSegmentError(f"pack trailer layout {virtual} over {physical} does not hold lanes "
+                                  f"{[p.lane for p in lanes]}", key=key, position=object_size - size)
+    if len({p.lane for p in lanes}) != len(lanes) or any(p.lane < 0 or p.base < 0 or p.epoch < 0 for p in lanes):
         raise CorruptSegmentError(f"pack lanes {[p.lane for p in lanes]} are not distinct lanes", key=key,
                                   position=object_size - size)
     for p in lanes:
@@ -130,4 +144,4 @@ def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> list
     if expected != end_of_lanes:
         raise CorruptSegmentError(f"pack lanes end at {expected}, the trailer starts at {end_of_lanes}", key=key,
                                   position=object_size - size)
-    return lanes
+    return PackTrailer(physical, virtual, lanes)

@@ -19,6 +19,7 @@ from kafscale.broker.shard import ShardCore
 from kafscale.cluster import keys
 from kafscale.config import BrokerConfig
 from kafscale.storage import keys as object_keys
+from kafscale.storage.batch import set_base_offset
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.local_store import LocalDirStore
 from kafscale.storage.pack import build_pack
@@ -211,7 +212,7 @@ def test_packs_no_commit_names_go_and_none_a_commit_may_still_name(broker: InPro
     # A pack a dead owner uploaded and never committed: lane 0's segment at base 0, which another pack holds.
     batch = record_batch(b"leftover")
     leftover = object_keys.pack_key(NS, "vt", object_keys.pack_name(0, uuid.uuid4().hex))
-    broker.run(c.objects.put(leftover, build_pack([(0, build_segment([batch], created_ms=1))]).data))
+    broker.run(c.objects.put(leftover, build_pack([(0, 1, build_segment([batch], created_ms=1))], 2, 4).data))
     lanes = [0, 2]
     assert broker.run(janitor.sweep_packs(c.meta, c.objects, NS, "vt", 0, lanes, grace_s=3600)) == \
         janitor.Sweep(deleted=0, in_grace=1)
@@ -230,6 +231,19 @@ def test_packs_no_commit_names_go_and_none_a_commit_may_still_name(broker: InPro
         assert consume_from(broker, "vt", lane, 2) == [f"v{lane}".encode(), f"v{lane + 4}".encode()]
     for lane in lanes:
         assert consume_from(broker, "vt", lane, 1, offset=1) == [f"v{lane + 4}".encode()]
+
+    # Uploads past lane 2's end that no commit names: the current owner's (epoch 1) may still be committed, a
+    # fenced earlier owner's (epoch 0) never will.
+    end = c.owners[("vt", 2)].high_watermark
+    current, fenced = (object_keys.pack_key(NS, "vt", object_keys.pack_name(0, uuid.uuid4().hex)) for _ in range(2))
+    for key, epoch in ((current, 1), (fenced, 0)):
+        late = record_batch(b"unacknowledged")
+        set_base_offset(late, 0, end)
+        broker.run(c.objects.put(key, build_pack([(2, epoch, build_segment([late], created_ms=1))], 2, 4).data))
+    kept = stored(broker, "vt")
+    assert broker.run(janitor.sweep_packs(c.meta, c.objects, NS, "vt", 0, lanes, grace_s=0)).deleted == 1
+    assert stored(broker, "vt") == kept - {fenced}, "only the fenced writer's"
+    broker.run(c.objects.delete(current))
 
     # A pack whose commit is held back: uploaded, not yet named, and past lane 0's committed end.
     before = stored(broker, "vt")

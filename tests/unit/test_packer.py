@@ -41,14 +41,16 @@ class FailingOnce(LocalDirStore):
 async def test_lanes_sealing_together_share_one_pack_and_each_reads_back_its_own(tmp_path: Path) -> None:
     store = LocalDirStore(tmp_path)
     objects = AsyncObjectStore(store)
-    packer = Packer(objects, "ns", "t", 1, [1, 4, 7], window_s=0.05)
+    packer = Packer(objects, "ns", "t", 1, [1, 4, 7], (3, 9), window_s=0.05)
     built = {1: _segment(0, b"one"), 4: _segment(9, b"four"), 7: _segment(3, b"seven")}
-    places = await asyncio.gather(*(packer.upload(lane, b) for lane, b in built.items()))
+    places = await asyncio.gather(*(packer.upload(lane, 2, b) for lane, b in built.items()))
     assert packer.packs == 1 and len({p.pack for p in places}) == 1
     key = object_keys.pack_key("ns", "t", places[0].pack)
     assert key.startswith("ns/t/1/pack-") and key.endswith(".kfp")
     data = store.get(key)
-    assert {p.lane for p in parse_trailer(data, len(data))} == {1, 4, 7}
+    trailer = parse_trailer(data, len(data))
+    assert {(p.lane, p.epoch) for p in trailer.lanes} == {(1, 2), (4, 2), (7, 2)}
+    assert (trailer.physical, trailer.virtual) == (3, 9)
     for (_lane, b), place in zip(built.items(), places, strict=True):
         assert SegmentReader(data[place.position:place.position + len(b.data)]).info == b.info
         assert data[place.position + len(b.data):place.position + len(b.data) + place.index_size] == b.index
@@ -57,21 +59,21 @@ async def test_lanes_sealing_together_share_one_pack_and_each_reads_back_its_own
 
 async def test_a_lanes_next_segment_goes_into_the_next_pack(tmp_path: Path) -> None:
     objects = AsyncObjectStore(LocalDirStore(tmp_path))
-    packer = Packer(objects, "ns", "t", 0, [0, 2], window_s=0.02)
-    first, second, other = await asyncio.gather(packer.upload(0, _segment(0, b"a")),
-                                                packer.upload(0, _segment(1, b"b")),
-                                                packer.upload(2, _segment(0, b"c")))
+    packer = Packer(objects, "ns", "t", 0, [0, 2], (3, 9), window_s=0.02)
+    first, second, other = await asyncio.gather(packer.upload(0, 1, _segment(0, b"a")),
+                                                packer.upload(0, 1, _segment(1, b"b")),
+                                                packer.upload(2, 1, _segment(0, b"c")))
     assert first.pack == other.pack != second.pack and packer.packs == 2
     objects.close()
 
 
 async def test_a_failed_put_fails_every_lane_and_a_retry_joins_a_later_pack(tmp_path: Path) -> None:
     objects = AsyncObjectStore(FailingOnce(tmp_path))
-    packer = Packer(objects, "ns", "t", 0, [0, 2], window_s=0.01)
-    results = await asyncio.gather(packer.upload(0, _segment(0, b"a")), packer.upload(2, _segment(0, b"c")),
+    packer = Packer(objects, "ns", "t", 0, [0, 2], (3, 9), window_s=0.01)
+    results = await asyncio.gather(packer.upload(0, 1, _segment(0, b"a")), packer.upload(2, 1, _segment(0, b"c")),
                                    return_exceptions=True)
     assert all(isinstance(r, ObjectStoreError) for r in results) and packer.packs == 0
-    again = await asyncio.gather(packer.upload(0, _segment(0, b"a")), packer.upload(2, _segment(0, b"c")))
+    again = await asyncio.gather(packer.upload(0, 1, _segment(0, b"a")), packer.upload(2, 1, _segment(0, b"c")))
     assert again[0].pack == again[1].pack and packer.packs == 1
     objects.close()
 
@@ -91,22 +93,22 @@ async def test_a_lanes_next_segment_does_not_wait_for_the_previous_put(tmp_path:
             return super().put_if_absent(key, data)
 
     objects = AsyncObjectStore(SlowPut(tmp_path))
-    packer = Packer(objects, "ns", "t", 0, [0], window_s=0.01)
+    packer = Packer(objects, "ns", "t", 0, [0], (3, 9), window_s=0.01)
     started = time.monotonic()
-    await asyncio.gather(packer.upload(0, _segment(0, b"a")), packer.upload(0, _segment(1, b"b")))
+    await asyncio.gather(packer.upload(0, 1, _segment(0, b"a")), packer.upload(0, 1, _segment(1, b"b")))
     assert packer.packs == 2 and time.monotonic() - started < 0.55, "the two PUTs overlapped"
     objects.close()
 
 
 async def test_a_window_cancelled_before_its_put_fails_its_lanes_and_the_next_one_works(tmp_path: Path) -> None:
     objects = AsyncObjectStore(LocalDirStore(tmp_path))
-    packer = Packer(objects, "ns", "t", 0, [0], window_s=5)
-    upload = asyncio.ensure_future(packer.upload(0, _segment(0, b"a")))
+    packer = Packer(objects, "ns", "t", 0, [0], (3, 9), window_s=5)
+    upload = asyncio.ensure_future(packer.upload(0, 1, _segment(0, b"a")))
     await asyncio.sleep(0.01)
     for task in list(packer._storing):
         task.cancel()
     with pytest.raises(ObjectStoreError, match="cancelled"):
         await upload
     packer.window_s = 0.01
-    assert (await packer.upload(0, _segment(0, b"a"))).pack and packer.packs == 1
+    assert (await packer.upload(0, 1, _segment(0, b"a"))).pack and packer.packs == 1
     objects.close()

@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from kafscale.broker.packed import packed_segments
 from kafscale.broker.snapshot import _longest_chain, _roll_forward
 from kafscale.cluster import keys
 from kafscale.storage import keys as object_keys
@@ -14,6 +15,7 @@ from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import set_base_offset
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.local_store import LocalDirStore
+from kafscale.storage.pack import build_pack
 from kafscale.storage.segment import build_segment
 from tests.unit.fake_broker import record_batch
 
@@ -83,3 +85,34 @@ def test_a_rebuild_starts_where_the_longest_run_does_past_stray_objects(tmp_path
 def test_equal_runs_go_to_the_highest_epoch() -> None:
     assert _longest_chain({(0, 0): 9, (0, 3): 9}, 0) == [(0, 3)]
     assert _longest_chain({}, 7) == []
+
+
+def test_of_two_packed_segments_reaching_as_far_the_later_owners_wins(tmp_path: Path) -> None:
+    """A fenced owner's upload and its successor's, the same records resent at the same offset: a virtual
+    partition's packs record each writer's epoch, so the successor's (committed) one is rolled forward."""
+    async def run() -> tuple[list[Any], dict[str, Any]]:
+        objects = AsyncObjectStore(LocalDirStore(tmp_path / "objects"))
+        meta = EmbeddedStore(tmp_path / "meta.db")
+        try:
+            names = {}
+            for epoch, value in ((3, b"fenced"), (4, b"committed")):
+                batch = record_batch(value)
+                set_base_offset(batch, 0, 0)
+                # the fenced writer's pack has the name that sorts last: only its epoch can lose it the tie
+                name = object_keys.pack_name(0, ("f" if epoch == 3 else "0") * 32)
+                names[epoch] = name
+                pack = build_pack([(0, epoch, build_segment([batch], created_ms=1))], 1, 2)
+                await objects.put(object_keys.pack_key(NS, TOPIC, name), pack.data)
+            listed = await objects.list(f"{NS}/{TOPIC}/")
+            packed = await packed_segments(objects, NS, TOPIC, listed)
+            await _roll_forward(meta, objects, NS, TOPIC, 0, None, None, None, packed[0])
+            segments = [kv.value for kv in await meta.range(keys.segments(TOPIC, 0))]
+            owner = (await meta.get(keys.owner(TOPIC, 0))).value  # type: ignore[union-attr]
+            return [(s["base"], s["pack"]) for s in segments], {"owner": owner, "names": names}
+        finally:
+            await meta.close()
+            objects.close()
+
+    segments, seen = asyncio.run(run())
+    assert segments == [(0, seen["names"][4])]
+    assert seen["owner"]["epoch"] == 4, "the next owner's epoch goes past every writer's"

@@ -224,14 +224,16 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
         if parsed.kind == "kfs":
             sizes[(parsed.base_offset, parsed.epoch)] = o.size
     whole = {pair for pair, kinds in pairs.items() if kinds == {"kfs", "index"}}  # a half upload acked nothing
-    present = {(base, (epoch, "")) for base, epoch in whole} | set(in_packs)
+    # A record names a plain segment by its key epoch, a packed one by its pack (whose trailer has the epoch).
+    present = {(base, (epoch, "")) for base, epoch in whole} | {(base, (0, name)) for base, (_, name) in in_packs}
     top_epoch = max([e for _, e in pairs] + [s.lane.epoch for s in packed or ()], default=0)
     ops: list[Op] = []
     segments = sorted((v for k, v in known.items() if k.startswith(keys.segments(topic, partition))),
                       key=lambda v: v["base"])
     # The snapshot's segments whose objects retention deleted since: gone from the front of the log.
     gone = 0
-    while gone < len(segments) and (segments[gone]["base"], (segments[gone].get("key_epoch", 0),
+    while gone < len(segments) and (segments[gone]["base"], (0 if segments[gone].get("pack") else
+                                                             segments[gone].get("key_epoch", 0),
                                                              segments[gone].get("pack", ""))) not in present:
         ops.append(Delete(keys.segment(topic, partition, segments[gone]["base"])))
         gone += 1

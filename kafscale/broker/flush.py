@@ -201,7 +201,8 @@ async def _commit_locked(owner: PartitionOwner, ready: list[tuple[Pending, Uploa
     guard = [Compare(keys.owner(owner.topic, owner.partition), "mod_revision", "==", owner.owner_revision)]
     try:
         if owner.committer is not None:
-            succeeded = await owner.committer.commit(guard, ops)
+            packs = [uploaded.packed.pack for _, uploaded in ready if uploaded.packed is not None]
+            succeeded = await owner.committer.commit(guard, ops, packs)
         else:
             succeeded = (await owner.meta.txn(guard, ops)).succeeded
     except Exception:

@@ -100,7 +100,7 @@ class OwnerTable:
         if packer is None:
             packer = self.packers[(topic, found.index)] = Packer(
                 self.objects, self.settings.namespace, topic, found.index, found.lanes, found.layout,
-                self.settings.flush_interval_ms / 1000)
+                self.settings.flush_interval_ms / 1000, self.committer.expect)
         return packer
 
     def open_early(self, topic: str, partitions: list[int]) -> None:

@@ -4,7 +4,9 @@ A topic with virtual partitions stores P physical partitions (docs/virtual-parti
 ("lane") keeps its own owner, offsets and commits, but the segments its lanes seal at about the same time are
 stored together, one conditional PUT instead of one a lane. The first segment to arrive opens a window of
 `window_s`; every lane sealing within it joins; a lane's next segment waits for the next pack. A failed PUT fails
-every lane's upload, and each lane's flush retries it as it retries any upload (joining a later pack).
+every lane's upload, and each lane's flush retries it as it retries any upload (joining a later pack). Once a
+pack is stored its lanes' commits are announced to the shard's commit batcher, which sends them as one
+transaction.
 
 Each pack gets a fresh random name, so no two uploads ever write one key: a zombie owner's pack can only be
 garbage, which the janitor removes once no commit names it.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafscale.storage import keys as object_keys
@@ -43,11 +46,13 @@ class PackPlace:
 
 class Packer:
     def __init__(self, objects: AsyncObjectStore, namespace: str, topic: str, physical: int, lanes: list[int],
-                 layout: tuple[int, int], window_s: float) -> None:
+                 layout: tuple[int, int], window_s: float,
+                 announce: Callable[[str, int], None] | None = None) -> None:
         self.objects, self.namespace, self.topic, self.physical = objects, namespace, topic, physical
         self.lanes = lanes  # the virtual partitions of this physical partition
         self.layout = layout  # the topic's (physical, virtual) partition counts, recorded in every pack
         self.window_s = window_s
+        self.announce = announce  # (pack, lanes) before the lanes learn where their segments went
         self.packs = 0  # packs stored, for tests and the bench
         self._waiting: dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]] = {}
         self._closed: asyncio.Future[None] | None = None  # resolves when the open window closes
@@ -89,6 +94,8 @@ class Packer:
             if not await self.objects.put_if_absent(key, pack.data):
                 raise ObjectStoreError(f"{key} exists, yet its name is new")
             self.packs += 1
+            if self.announce is not None:
+                self.announce(name, sum(not placed.done() for _, _, placed in waiting.values()))
             for p in pack.lanes:
                 _, _, placed = waiting[p.lane]
                 if not placed.done():

@@ -90,3 +90,38 @@ async def test_a_store_error_reaches_every_commit_of_the_batch(store: EmbeddedSt
     outcomes = await behind_a_held_commit(meta, batcher, commits, fail_next)
     assert all(isinstance(o, Exception) and "not applied" in str(o) for o in outcomes)
     assert [await store.get(f"state/{i}") for i in range(3)] == [None, None, None]
+
+
+async def test_a_packs_announced_commits_share_one_transaction_though_they_arrive_apart(store: EmbeddedStore) -> None:
+    revisions = await owner_keys(store, 10)
+
+    async def lanes_commit(announce: bool) -> int:
+        batcher = CommitBatcher(store)
+        if announce:
+            batcher.expect("pack-a", 10)
+        commits = []
+        for i in range(10):  # each lane reaches its commit a few loop turns after the previous one
+            commits.append(asyncio.ensure_future(
+                batcher.commit(guard(i, revisions[i]), [Put(f"state/{i}", {"n": i})], ["pack-a"])))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        assert await asyncio.gather(*commits) == [True] * 10
+        return batcher.transactions
+
+    assert await lanes_commit(announce=False) >= 2  # the first lane's commit goes alone
+    assert await lanes_commit(announce=True) == 1
+
+
+async def test_an_announced_commit_that_never_comes_holds_the_others_only_briefly(store: EmbeddedStore) -> None:
+    from kafscale.broker.commit_batcher import GATHER_S
+
+    batcher = CommitBatcher(store)
+    batcher.expect("pack-b", 3)  # the third lane cannot commit yet (its earlier segment is still uploading)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await asyncio.gather(batcher.commit([], [Put("s/0", 0)], ["pack-b"]),
+                                batcher.commit([], [Put("s/1", 1)], ["pack-b"])) == [True, True]
+    assert batcher.transactions == 1
+    assert loop.time() - started < GATHER_S + 0.5
+    assert await batcher.commit([], [Put("s/2", 2)], ["pack-b"])  # late: it goes on its own, unheld
+    assert batcher.transactions == 2

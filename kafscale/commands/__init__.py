@@ -8,6 +8,7 @@ from __future__ import annotations
 
 COMMAND_MODULES = (
     "kafscale.commands.serve",
+    "kafscale.commands.proxy",
     "kafscale.commands.topic",
     "kafscale.commands.produce",
     "kafscale.commands.consume",

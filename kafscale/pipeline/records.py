@@ -13,14 +13,13 @@ checks here are the ones those cannot make, that the records inside a batch are 
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
-import cramjam
 import numpy as np
 import pyarrow as pa
 
 from kafscale.storage.batch import HEADER_SIZE, BatchHeader, Buffer, CorruptSegmentError
+from kafscale.storage.codecs import decompress
 
 __all__ = ["KAFKA_ARROW_SCHEMA", "decode_batches", "decompress", "empty_batch"]
 
@@ -39,36 +38,8 @@ KAFKA_ARROW_SCHEMA = pa.schema([
     pa.field("headers", _HEADERS_TYPE),
 ])
 
-CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = range(5)
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = 16  # magic, then i32 version and i32 minimum compatible version
 _PAD = 16  # zero bytes after the records, so that vectorised varint reads never index past the end
 _INLINE = 12  # Arrow binary views keep values up to 12 bytes inside the view itself
-
-
-def decompress(codec: int, payload: Buffer) -> bytes:
-    """The records section of a batch, uncompressed. Kafka's codecs, as the Java client writes them."""
-    if codec == CODEC_NONE:
-        return bytes(payload)
-    if codec == CODEC_GZIP:
-        return bytes(cramjam.gzip.decompress(payload))
-    if codec == CODEC_SNAPPY:
-        view = memoryview(payload)
-        if view[: len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:
-            return bytes(cramjam.snappy.decompress_raw(view))
-        # The Java client's snappy stream (xerial): a 16-byte header, then [i32 length][raw snappy block]...
-        out = []
-        at = _XERIAL_HEADER
-        while at < len(view):
-            (size,) = struct.unpack_from(">i", view, at)
-            out.append(bytes(cramjam.snappy.decompress_raw(view[at + 4 : at + 4 + size])))
-            at += 4 + size
-        return b"".join(out)
-    if codec == CODEC_LZ4:
-        return bytes(cramjam.lz4.decompress(payload))  # KIP-57 frames, independent blocks
-    if codec == CODEC_ZSTD:
-        return bytes(cramjam.zstd.decompress(payload))
-    raise ValueError(f"unknown compression codec {codec}")
 
 
 def empty_batch() -> pa.RecordBatch:

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
-from kafka import KafkaConsumer
-from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 from kafscale.config import BrokerConfig
 from kafscale.protocol.errors import ErrorCode
@@ -28,6 +24,7 @@ from kafscale.storage.local_store import LocalDirStore
 from kafscale.testing.inprocess import InProcessBroker
 from tests.integration.conftest import Cluster, unique_topic
 from tests.integration.test_broker_errors import batch, rows
+from tests.integration.virtual_workload import check_consumed, consume_as_a_group, lag, produce_keyed
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -213,44 +210,6 @@ def test_serve_refuses_a_bad_mapping_file_naming_the_topic(tmp_path: Path) -> No
     assert "topic 'orders'" in done.stderr and "must be a multiple" in done.stderr and str(bad) in done.stderr
 
 
-class Member:
-    """One group member on a thread of its own (confluent-kafka or kafka-python): records it consumed, commits
-    after each poll."""
-
-    def __init__(self, kind: str, bootstrap: str, topic: str, group: str) -> None:
-        self.kind, self.records = kind, []  # (partition, offset, key, value)
-        self._assigned = 0
-        self.stop = threading.Event()
-        if kind == "confluent":
-            self.client: Any = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                                         "partition.assignment.strategy": "range"})
-            self.client.subscribe([topic])
-        else:
-            self.client = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
-                                        auto_offset_reset="earliest", enable_auto_commit=False,
-                                        partition_assignment_strategy=[RangePartitionAssignor])
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def assigned(self) -> int:
-        return self._assigned
-
-    def _run(self) -> None:  # the client is used from this thread only: neither client is thread-safe
-        while not self.stop.is_set():
-            self._assigned = len(self.client.assignment())
-            if self.kind == "confluent":
-                got = [(m.partition(), m.offset(), m.key(), m.value()) for m in self.client.consume(200, 0.1)
-                       if m.error() is None]
-            else:
-                got = [(r.partition, r.offset, r.key, r.value)
-                       for rs in self.client.poll(timeout_ms=100).values() for r in rs]
-            if got:
-                self.records += got
-                self.client.commit() if self.kind == "kafka-python" else self.client.commit(asynchronous=False)
-        self.client.close()
-
-
 def test_100_virtual_over_10_physical_with_six_members_of_two_clients_and_a_restart(tmp_path: Path) -> None:
     """The issue's workload: keyed producers, six members (confluent-kafka and kafka-python) of one group. Every
     record is consumed once, by the member owning its virtual partition, in per-key order; lag per virtual
@@ -264,69 +223,21 @@ def test_100_virtual_over_10_physical_with_six_members_of_two_clients_and_a_rest
     b = broker()
     try:
         _create(b.bootstrap, NewTopic(topic, 10, config={VIRTUAL: "100"}))
-        members = [Member(kind, b.bootstrap, topic, group) for kind in ["confluent", "kafka-python"] * 3]
-        deadline = time.monotonic() + 60
-        while sum(m.assigned() for m in members) != 100 or not all(m.assigned() for m in members):
-            assert time.monotonic() < deadline, [m.assigned() for m in members]
-            time.sleep(0.2)
-        sent = _produce_keyed(b.bootstrap, topic, 0, 3000)
-        deadline = time.monotonic() + 60
-        while sum(len(m.records) for m in members) < len(sent) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for m in members:
-            m.stop.set()
-        for m in members:
-            m.thread.join(20)
-        consumed = [(p, o, k, v) for m in members for p, o, k, v in m.records]
-        assert sorted(v for *_, v in consumed) == sorted(sent), "every record once"
-        for m in members:
-            mine = {p for p, *_ in m.records}
-            assert not any(mine & {p for p, *_ in other.records} for other in members if other is not m)
-        for p, o, _k, v in consumed:
-            assert sent[v] == (p, o), "consumed at the partition and offset its producer was told"
-        by_key = defaultdict(list)
-        for _p, _o, k, v in sorted(consumed, key=lambda r: (r[0], r[1])):
-            by_key[k].append(int(v.split(b":")[1]))
-        assert all(seqs == sorted(seqs) for seqs in by_key.values()), "per-key order"
+        sent, members = consume_as_a_group(b.bootstrap, topic, group, 3000)
+        check_consumed(sent, members)
 
-        more = _produce_keyed(b.bootstrap, topic, 3000, 500)  # not consumed: the group's lag
+        more = produce_keyed(b.bootstrap, topic, 3000, 500)  # not consumed: the group's lag
         expected_lag = Counter(p for p, _ in more.values())
-        assert _lag(b.bootstrap, topic, group) == {p: expected_lag.get(p, 0) for p in range(100)}
+        assert lag(b.bootstrap, topic, group) == {p: expected_lag.get(p, 0) for p in range(100)}
     finally:
         b.stop()
     b = broker()  # the same stores, a new process's view
     try:
-        assert _lag(b.bootstrap, topic, group) == {p: expected_lag.get(p, 0) for p in range(100)}
+        assert lag(b.bootstrap, topic, group) == {p: expected_lag.get(p, 0) for p in range(100)}
         assert {k.rsplit("/", 2)[1] for k in _stored(tmp_path, topic)} == {str(p) for p in range(10)}
         assert all(k.endswith(".kfp") for k in _stored(tmp_path, topic))
     finally:
         b.stop()
-
-
-def _produce_keyed(bootstrap: str, topic: str, start: int, n: int) -> dict[bytes, tuple[int, int]]:
-    """value -> (partition, offset), values "key:seq" over 300 keys."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    sent: dict[bytes, tuple[int, int]] = {}
-
-    def delivered(err: Any, msg: Any) -> None:
-        assert err is None, err
-        sent[msg.value()] = (msg.partition(), msg.offset())
-
-    for i in range(start, start + n):
-        producer.produce(topic, key=f"k{i % 300}".encode(), value=f"k{i % 300}:{i}".encode(), on_delivery=delivered)
-        producer.poll(0)
-    assert producer.flush(30) == 0 and len(sent) == n
-    return sent
-
-
-def _lag(bootstrap: str, topic: str, group: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        committed = consumer.committed([TopicPartition(topic, p) for p in range(100)], timeout=20)
-        return {tp.partition: consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)[1]
-                - max(tp.offset, 0) for tp in committed}
-    finally:
-        consumer.close()
 
 
 def _stored(root: Path, topic: str) -> list[str]:

@@ -1,0 +1,84 @@
+"""Fetch: a virtual partition's records are its physical partition's batches that carry its tag.
+
+Each requested virtual partition is fetched from its physical partition at its own offset (the offsets are the
+same, kafscale.proxy.records), so two virtual partitions of one physical partition go upstream in separate
+requests and each gets all of its own records. Fetch sessions (KIP-227) are not offered: every answer says
+session 0, so clients send full requests, and upstream fetches are sessionless too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.protocol.codec import make, nested, response_class
+from kafscale.proxy.handlers.routing import Key, Target, by_topic, forward, place
+from kafscale.proxy.records import keep_lane
+from kafscale.proxy.state import Call
+
+API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 12
+NO_SESSION, SESSIONLESS = 0, -1
+
+
+async def handle(call: Call, request: Any) -> Any:
+    outcome: dict[Key, Any] = {}
+    parts: list[tuple[Target, Any]] = []
+    for topic in request.topics:
+        layout = call.proxy.topics.layout(topic.topic)
+        for part in topic.partitions:
+            physical = place(call, topic.topic, part.partition)
+            if layout is not None and not isinstance(physical, ErrorCode) and not (
+                    0 <= part.fetch_offset < layout.offset_range):
+                physical = ErrorCode.offset_out_of_range  # beyond R: no virtual partition has such an offset
+            if isinstance(physical, ErrorCode):
+                outcome[(topic.topic, part.partition)] = physical
+            else:
+                parts.append((Target(topic.topic, part.partition, physical),
+                              dataclasses.replace(part, partition=physical)))
+    topic_cls = nested(type(request), "FetchTopic")
+    top_error = ErrorCode.none
+
+    async def send(node: int, group: list[tuple[Target, Any]]) -> dict[Key, Any]:
+        nonlocal top_error
+        upstream = dataclasses.replace(request, session_id=NO_SESSION, session_epoch=SESSIONLESS,
+                                       forgotten_topics_data=(), topics=tuple(
+                                           topic_cls(topic=name, partitions=tuple(ps))
+                                           for name, ps in by_topic(group).items()))
+        answer = await call.session.send(upstream, node)
+        if answer.error_code != ErrorCode.none:
+            top_error = answer.error_code
+        return {(t.topic, p.partition_index): p for t in answer.responses for p in t.partitions}
+
+    outcome |= await forward(call, parts, send)
+    response = response_class(API_KEY, request.__version__)
+    rtopic_cls, part_cls = nested(response, "FetchableTopicResponse"), nested(response, "PartitionData")
+
+    def answer(topic: str, part: Any) -> Any:
+        found = outcome[(topic, part.partition)]
+        if isinstance(found, ErrorCode):
+            return make(part_cls, partition_index=part.partition, error_code=found, high_watermark=-1,
+                        last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                        preferred_read_replica=-1, records=None)
+        layout = call.proxy.topics.layout(topic)
+        if layout is None or found.error_code != ErrorCode.none or not found.records:
+            return dataclasses.replace(found, partition_index=part.partition)
+        physical = part.partition % layout.physical
+        kept = keep_lane(found.records, part.partition, physical, part.fetch_offset, _lanes(call, topic, physical))
+        call.proxy.metrics.batches_kept.inc(kept.kept)
+        call.proxy.metrics.batches_dropped.inc(kept.dropped)
+        return dataclasses.replace(found, partition_index=part.partition, records=kept.records)
+
+    return make(response, throttle_time=0, error_code=top_error, session_id=NO_SESSION, responses=tuple(
+        make(rtopic_cls, topic=t.topic, partitions=tuple(answer(t.topic, p) for p in t.partitions))
+        for t in request.topics))
+
+
+def _lanes(call: Call, topic: str, physical: int) -> Any:
+    lanes = call.proxy.lanes
+
+    def lane_of(batch: memoryview, base: int, crc: int, attributes: int, count: int) -> int | None:
+        return lanes.of(topic, physical, batch, base, crc, attributes, count)
+
+    return lane_of

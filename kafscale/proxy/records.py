@@ -1,0 +1,247 @@
+"""The proxy's record work: tag what a client produces with its virtual partition, and keep only one virtual
+partition's batches of what the upstream returns.
+
+Upstream, a physical partition numbers the records of all its virtual partitions consecutively. So the proxy
+cannot tell them apart by offset, as the seed's encoding assumed: every record it produces carries a header
+`kafscale.vp` naming its virtual partition, and a Fetch keeps the batches whose records carry the requested one.
+A virtual partition's offsets are the upstream offsets of its records: strictly increasing, with gaps where
+other virtual partitions' records lie, as a compacted Kafka partition has gaps.
+
+A client produces one batch per partition, so the proxy writes each batch to the upstream whole, and every batch
+upstream holds one virtual partition's records: the first record's tag names the batch. Every record is tagged
+all the same, so that a batch compaction has thinned still names its virtual partition. Records produced without
+the proxy carry no tag and belong to the physical partition's first virtual partition (the one of the same
+index), so a topic made virtual later keeps its history readable.
+
+When a fetched range holds nothing of the requested virtual partition, the client must still move past it, or
+it would ask for the same range for ever: the proxy ends the answer with a control batch spanning the range
+skipped, one COMMIT marker at its last offset, which every client steps over (a transaction marker of no
+transaction). Not the empty batch compaction leaves: kafka-python, aiokafka and the Java client step over that
+too, but librdkafka takes a fetch of nothing else for a message too large to fetch, doubles its fetch size and
+reports MSG_SIZE_TOO_LARGE, and does not move the position it commits.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from kafscale.storage.batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    Buffer,
+    InvalidBatchError,
+    split_batches,
+)
+from kafscale.storage.codecs import compress, decompress
+
+TAG = b"kafscale.vp"
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # a v2 batch header, read leniently (compacted batches welcome)
+_LENGTH = struct.Struct(">i")
+_PRODUCER = struct.Struct(">qh")
+_PRODUCER_OFFSET = 43
+_U32 = struct.Struct(">I")
+LANE_CACHE = 100_000  # batches whose virtual partition is remembered, so several consumers decompress each once
+
+
+def zigzag(n: int) -> bytes:
+    """A signed varint, as record fields are written."""
+    u = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _read_zigzag(buf: Buffer, pos: int) -> tuple[int, int]:
+    u, shift = 0, 0
+    while True:
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+        b = buf[pos]
+        pos += 1
+        u |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (u >> 1) ^ -(u & 1), pos
+        shift += 7
+
+
+def _headers_at(record: Buffer, pos: int) -> int:
+    """The position of a record body's header count, from the body's start."""
+    pos += 1  # attributes
+    _, pos = _read_zigzag(record, pos)  # timestamp delta
+    _, pos = _read_zigzag(record, pos)  # offset delta
+    for _ in range(2):  # key, value
+        length, pos = _read_zigzag(record, pos)
+        pos += max(length, 0)
+    return pos
+
+
+class TagError(ValueError):
+    """A produced batch whose records do not parse: the client gets CORRUPT_MESSAGE."""
+
+
+def tag(records: Buffer, lane: int, producer: tuple[int, int] | None = None) -> bytes:
+    """The batches of a Produce partition with every record tagged `lane`; their producer id and epoch replaced
+    by `producer` when given. Raises InvalidBatchError for a batch that fails Kafka's checks, TagError for
+    records that do not parse."""
+    value = str(lane).encode()
+    extra = zigzag(len(TAG)) + TAG + zigzag(len(value)) + value
+    out = bytearray()
+    for pos, header in split_batches(records):
+        if header.attributes & CONTROL_BIT:
+            raise InvalidBatchError("a produced batch is a control batch", error_code=87)
+        view = memoryview(records)[pos : pos + header.size]
+        try:
+            plain = decompress(header.compression, view[HEADER_SIZE:])
+            body = _tagged(plain, header.record_count, extra)
+        except (ValueError, IndexError) as e:
+            raise TagError(f"records of the batch do not parse: {e}") from None
+        payload = compress(header.compression, body)
+        batch = bytearray(view[:HEADER_SIZE])
+        _LENGTH.pack_into(batch, 8, HEADER_SIZE - LOG_OVERHEAD + len(payload))
+        if producer is not None:
+            _PRODUCER.pack_into(batch, _PRODUCER_OFFSET, *producer)
+        batch += payload
+        _U32.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+        out += batch
+    return bytes(out)
+
+
+def _tagged(plain: bytes, count: int, extra: bytes) -> bytes:
+    out = bytearray()
+    pos = 0
+    for _ in range(count):
+        length, body = _read_zigzag(plain, pos)
+        end = body + length
+        if length < 0 or end > len(plain):
+            raise ValueError("a record runs past its batch")
+        at = _headers_at(plain, body)
+        headers, after = _read_zigzag(plain, at)
+        if headers < 0 or after > end:
+            raise ValueError("a record's headers run past it")
+        new = plain[body:at] + zigzag(headers + 1) + plain[after:end] + extra
+        out += zigzag(len(new))
+        out += new
+        pos = end
+    if pos != len(plain):
+        raise ValueError("records do not fill their batch")
+    return bytes(out)
+
+
+def producer_of(records: Buffer) -> tuple[int, int]:
+    """The producer id and epoch of a Produce partition's first batch (-1 when it is not idempotent)."""
+    if len(records) < HEADER_SIZE:
+        return -1, -1
+    pid, epoch = _PRODUCER.unpack_from(records, _PRODUCER_OFFSET)
+    return int(pid), int(epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class Filtered:
+    records: bytes
+    kept: int  # batches of the virtual partition (and control batches) kept
+    dropped: int  # other virtual partitions' batches left out
+
+
+class Lanes:
+    """Which virtual partition each upstream batch belongs to, remembered for the next consumer that asks."""
+
+    def __init__(self, size: int = LANE_CACHE) -> None:
+        self._known: OrderedDict[tuple[str, int, int, int], int | None] = OrderedDict()
+        self.size = size
+
+    def of(self, topic: str, physical: int, batch: memoryview, base_offset: int, crc: int,
+           attributes: int, count: int) -> int | None:
+        """The virtual partition a batch holds; None for a control batch, an empty or an untagged one."""
+        key = (topic, physical, base_offset, crc)
+        if key in self._known:
+            self._known.move_to_end(key)
+            return self._known[key]
+        lane = None
+        if not attributes & CONTROL_BIT and count > 0:
+            try:
+                lane = _first_tag(decompress(attributes & 0x07, batch[HEADER_SIZE:]))
+            except (ValueError, IndexError):
+                lane = None  # not ours to judge: it goes, as an untagged batch, to the client, which checks it
+        self._known[key] = lane
+        if len(self._known) > self.size:
+            self._known.popitem(last=False)
+        return lane
+
+
+def _first_tag(plain: bytes) -> int | None:
+    _, body = _read_zigzag(plain, 0)
+    at = _headers_at(plain, body)
+    headers, pos = _read_zigzag(plain, at)
+    for _ in range(headers):
+        key_len, pos = _read_zigzag(plain, pos)
+        key = plain[pos : pos + key_len]
+        pos += key_len
+        value_len, pos = _read_zigzag(plain, pos)
+        if key == TAG:
+            return int(plain[pos : pos + value_len])
+        pos += max(value_len, 0)
+    return None
+
+
+def keep_lane(records: Buffer, lane: int, untagged: int, fetch_offset: int,
+              lane_of: Callable[[memoryview, int, int, int, int], int | None]) -> Filtered:
+    """The batches of `records` (an upstream Fetch answer's) that belong to `lane`, with control batches and
+    batches of no lane; untagged batches belong to lane `untagged`. If the answer reaches past what is kept,
+    an empty batch ends it, spanning the rest. A trailing partial batch (a Fetch cut at its byte limit) is
+    left out, as clients leave it."""
+    view = memoryview(records)
+    out = bytearray()
+    kept = dropped = 0
+    pos, end = 0, len(view)
+    reached = kept_until = fetch_offset  # the offset after the last batch seen, and after the last one kept
+    while pos + HEADER_SIZE <= end:
+        base, length, _, magic, crc, attributes, delta, *_, count = _HEADER.unpack_from(view, pos)
+        size = length + LOG_OVERHEAD
+        if magic != MAGIC_V2 or length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+            break
+        batch = view[pos : pos + size]
+        owner = lane_of(batch, base, crc, attributes, count)
+        if owner is None and count > 0 and not attributes & CONTROL_BIT:
+            owner = untagged
+        if owner is None or owner == lane:
+            out += batch
+            kept += 1
+            kept_until = max(kept_until, base + delta + 1)
+        else:
+            dropped += 1
+        reached = max(reached, base + delta + 1)
+        pos += size
+    if reached > kept_until:
+        out += skip_batch(kept_until, reached - 1)
+    return Filtered(bytes(out), kept, dropped)
+
+
+_COMMIT_MARKER = b"\x00\x00\x00\x01"  # control record key: version 0, type 1 (COMMIT)
+_MARKER_VALUE = b"\x00\x00\x00\x00\x00\x00"  # version 0, coordinator epoch 0
+_CONTROL = CONTROL_BIT | 0x10  # a control batch is a transactional one
+
+
+def skip_batch(first: int, last: int) -> bytes:
+    """A control batch spanning offsets first..last with one COMMIT marker at `last`: what a client steps over."""
+    delta = last - first
+    body = (b"\x00" + zigzag(0) + zigzag(delta) + zigzag(len(_COMMIT_MARKER)) + _COMMIT_MARKER
+            + zigzag(len(_MARKER_VALUE)) + _MARKER_VALUE + zigzag(0))
+    record = zigzag(len(body)) + body
+    batch = bytearray(HEADER_SIZE)
+    _HEADER.pack_into(batch, 0, first, HEADER_SIZE - LOG_OVERHEAD + len(record), -1, MAGIC_V2, 0, _CONTROL, delta,
+                      -1, -1, -1, -1, -1, 1)
+    batch += record
+    _U32.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)

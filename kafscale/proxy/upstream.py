@@ -1,0 +1,231 @@
+"""The proxy's side of the upstream cluster: connections to its brokers, and what it knows of them.
+
+`Cluster` is the one shared view: the brokers, each partition's leader and count, each group's coordinator, the
+API versions the upstream speaks. Every handler learns from the answers it forwards, and asks again (Metadata,
+FindCoordinator) only for what it does not know.
+
+A `Session` belongs to one client connection and holds that client's connections upstream, one per broker:
+Kafka serves one request per connection at a time, so a client's long-polling Fetch must not hold up
+another client's Produce on a shared connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafscale.protocol.codec import decode_response, encode_request, make, nested, request_class
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+MAX_FRAME = 256 * 1024 * 1024
+METADATA_VERSION = 9  # the versions of the requests the proxy makes itself (capped by what upstream speaks)
+FIND_COORDINATOR_VERSION = 3
+INIT_PRODUCER_ID_VERSION = 3
+CREATE_TOPICS_VERSION = 4
+API_VERSIONS_VERSION = 2
+
+
+class UpstreamError(Exception):
+    """The upstream broker could not be reached or answered nonsense: the client's request fails."""
+
+
+class Link:
+    """One connection to one upstream broker: requests pipelined, answers matched by correlation id."""
+
+    def __init__(self, host: str, port: int, client_id: str | None) -> None:
+        self.host, self.port, self.client_id = host, port, client_id
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()
+
+    @property
+    def open(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def send(self, request: Any, timeout: float = 60.0) -> Any:
+        """The upstream's answer to `request`, a kio request object."""
+        async with self._lock:
+            if not self.open:
+                await self._connect()
+            assert self._writer is not None
+            correlation_id = next(self._ids) & 0x7FFFFFFF
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = (request.__api_key__, request.__version__, future)
+            self._writer.write(encode_request(request, correlation_id, self.client_id))
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            self.close()  # an answer may still come: the connection's order is lost, start afresh
+            raise UpstreamError(f"{self.host}:{self.port} did not answer in {timeout:.0f} s") from None
+
+    async def send_only(self, request: Any) -> None:
+        """Send a request the upstream does not answer (a Produce with acks=0)."""
+        async with self._lock:
+            if not self.open:
+                await self._connect()
+            assert self._writer is not None
+            self._writer.write(encode_request(request, next(self._ids) & 0x7FFFFFFF, self.client_id))
+
+    async def _connect(self) -> None:
+        try:
+            reader, self._writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 10)
+        except (OSError, TimeoutError) as e:
+            raise UpstreamError(f"cannot connect to upstream {self.host}:{self.port}: {e}") from None
+        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        error: Exception = UpstreamError(f"upstream {self.host}:{self.port} closed the connection")
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if not 0 < size <= MAX_FRAME:
+                    raise UpstreamError(f"upstream {self.host}:{self.port} sent a frame of {size} bytes")
+                payload = await reader.readexactly(size)
+                (correlation_id,) = _SIZE.unpack_from(payload, 0)
+                api_key, version, future = self._pending.pop(correlation_id, (0, 0, None))
+                if future is None:
+                    raise UpstreamError(f"upstream {self.host}:{self.port} answered an unknown request")
+                if not future.done():
+                    try:
+                        future.set_result(decode_response(api_key, version, payload)[1])
+                    except Exception as e:
+                        future.set_exception(UpstreamError(f"undecodable answer from {self.host}:{self.port}: {e}"))
+        except (OSError, asyncio.IncompleteReadError, UpstreamError) as e:
+            if isinstance(e, UpstreamError):
+                error = e
+        finally:
+            self._fail(error)
+
+    def _fail(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for _, _, future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        if self._writer is not None:
+            self._writer.close()
+
+    def close(self) -> None:
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+        self._fail(UpstreamError("connection closed"))
+
+
+@dataclass
+class Cluster:
+    """What the proxy knows of the upstream cluster, shared by every session."""
+
+    bootstrap: tuple[str, int]
+    brokers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    leaders: dict[tuple[str, int], int] = field(default_factory=dict)
+    partition_counts: dict[str, int] = field(default_factory=dict)
+    coordinators: dict[str, int] = field(default_factory=dict)
+    versions: dict[int, tuple[int, int]] = field(default_factory=dict)  # upstream's ApiVersions
+
+    def version(self, api_key: int, preferred: int) -> int:
+        """The version of a request the proxy makes: `preferred`, or the highest the upstream speaks below."""
+        lo, hi = self.versions.get(api_key, (0, preferred))
+        return max(lo, min(hi, preferred))
+
+    def learn(self, metadata: Any) -> None:
+        """Take in a Metadata answer: brokers, partition counts and leaders."""
+        for broker in metadata.brokers:
+            self.brokers[broker.node_id] = (broker.host, broker.port)
+        for topic in metadata.topics:
+            if topic.error_code != 0 or topic.name is None:
+                continue
+            self.partition_counts[topic.name] = len(topic.partitions)
+            for p in topic.partitions:
+                self.leaders[(topic.name, p.partition_index)] = p.leader_id
+
+
+class Session:
+    """One client connection's connections upstream, one per broker (None: the bootstrap address)."""
+
+    def __init__(self, cluster: Cluster, client_id: str | None) -> None:
+        self.cluster, self.client_id = cluster, client_id
+        self._links: dict[int | None, Link] = {}
+
+    async def send(self, request: Any, node: int | None = None, timeout: float = 60.0) -> Any:
+        """The answer of the upstream broker `node` (None: the bootstrap address) to a kio request."""
+        return await self._link(node).send(request, timeout)
+
+    async def send_only(self, request: Any, node: int | None = None) -> None:
+        await self._link(node).send_only(request)
+
+    def _link(self, node: int | None) -> Link:
+        address = self.cluster.bootstrap if node is None else self.cluster.brokers.get(node)
+        if address is None:
+            raise UpstreamError(f"upstream broker {node} is unknown")
+        link = self._links.get(node)
+        if link is None or (link.host, link.port) != address:
+            if link is not None:
+                link.close()
+            link = self._links[node] = Link(*address, self.client_id)
+        return link
+
+    async def versions(self) -> dict[int, tuple[int, int]]:
+        """The upstream's API versions, asked once per proxy."""
+        if not self.cluster.versions:
+            answer = await self.send(make(request_class(18, API_VERSIONS_VERSION)))
+            if answer.error_code != 0:
+                raise UpstreamError(f"upstream refused ApiVersions: error {answer.error_code}")
+            self.cluster.versions = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
+        return self.cluster.versions
+
+    async def refresh(self, topics: Iterable[str]) -> None:
+        """Ask the upstream for these topics' metadata (no auto-creation)."""
+        await self.versions()
+        cls = request_class(3, self.cluster.version(3, METADATA_VERSION))
+        topic_cls = nested(cls, "MetadataRequestTopic")
+        request = make(cls, topics=tuple(make(topic_cls, name=t, topic_id=None) for t in topics),
+                       allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                       include_topic_authorized_operations=False)
+        self.cluster.learn(await self.send(request))
+
+    async def leader(self, topic: str, partition: int) -> int | None:
+        """The node leading an upstream partition, asking upstream if it is not known."""
+        node = self.cluster.leaders.get((topic, partition))
+        if node is None or node not in self.cluster.brokers:
+            await self.refresh([topic])
+            node = self.cluster.leaders.get((topic, partition))
+        return node if node is not None and node >= 0 else None
+
+    async def coordinator(self, group: str, key_type: int = 0) -> int:
+        """The node coordinating a group (key_type 1: a transactional id), asking upstream if not known."""
+        node = self.cluster.coordinators.get(group) if key_type == 0 else None
+        if node is None:
+            await self.versions()
+            cls = request_class(10, self.cluster.version(10, FIND_COORDINATOR_VERSION))
+            answer = await self.send(make(cls, key=group, key_type=key_type))
+            if answer.error_code != 0:
+                raise CoordinatorUnknown(int(answer.error_code))
+            self.cluster.brokers[answer.node_id] = (answer.host, answer.port)
+            node = answer.node_id
+            if key_type == 0:
+                self.cluster.coordinators[group] = node
+        return node
+
+    def forget_coordinator(self, group: str) -> None:
+        self.cluster.coordinators.pop(group, None)
+
+    async def close(self) -> None:
+        for link in self._links.values():
+            with contextlib.suppress(Exception):
+                link.close()
+        self._links.clear()
+
+
+class CoordinatorUnknown(Exception):
+    def __init__(self, error_code: int) -> None:
+        super().__init__(f"upstream FindCoordinator failed: error {error_code}")
+        self.error_code = error_code
+

@@ -13,8 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafscale.cluster.records import SegmentMeta
-from kafscale.storage import keys as object_keys
+from kafscale.cluster.records import SegmentMeta, StoredAt
 from kafscale.storage.batch import LOG_OVERHEAD, BatchHeader, batch_size, check_crc, read_header
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.index import SegmentIndex
@@ -76,21 +75,16 @@ class ReadPath:
     def _key(self, base: int) -> tuple[str, str, int, int]:
         return ("seg", self.owner.topic, self.owner.partition, base)
 
-    def _object_key(self, meta: SegmentMeta) -> str:
-        """The object holding the segment: its own, or (a virtual partition's) a pack where it starts at
-        meta.position; every read below adds that position."""
-        o = self.owner
-        if meta.pack:
-            return object_keys.pack_key(o.settings.namespace, o.topic, meta.pack)
-        return object_keys.segment_key(o.settings.namespace, o.topic, o.partition, meta.base, meta.key_epoch)
+    def _stored(self, meta: SegmentMeta) -> StoredAt:
+        """Where the segment is: an object of its own, or (a virtual partition's) a range of a pack; every read
+        below adds its start."""
+        return meta.stored(self.owner.settings.namespace, self.owner.topic, self.owner.partition)
 
     async def _index_bytes(self, meta: SegmentMeta) -> tuple[bytes, str]:
-        o = self.owner
-        if meta.pack:
-            key = self._object_key(meta)
-            return await o.objects.get_range(key, meta.position + meta.size, meta.index_size), key
-        key = object_keys.index_key(o.settings.namespace, o.topic, o.partition, meta.base, meta.key_epoch)
-        return await o.objects.get(key), key
+        at, objects = self._stored(meta), self.owner.objects
+        if at.index_size is None:
+            return await objects.get(at.index_key), at.index_key
+        return await objects.get_range(at.index_key, at.index_start, at.index_size), at.index_key
 
     def cache_built(self, meta: SegmentMeta, built: BuiltSegment) -> None:
         """Write-through after a flush: the tail a live consumer asks for next is already here.
@@ -129,11 +123,9 @@ class ReadPath:
         return await asyncio.shield(task)
 
     async def _fetch_whole(self, meta: SegmentMeta) -> CachedSegment:
-        key = self._object_key(meta)
-        if meta.pack:
-            data = await self.owner.objects.get_range(key, meta.position, meta.size)
-        else:
-            data = await self.owner.objects.get(key)
+        at = self._stored(meta)
+        key = at.key
+        data = await (self.owner.objects.get(key) if at.whole else self.owner.objects.get_range(key, at.start, at.size))
         seg = await asyncio.get_running_loop().run_in_executor(None, CachedSegment.parse, data, key, True, meta)
         self.cache.put(self._key(meta.base), seg, len(data))
         return seg
@@ -169,7 +161,8 @@ class ReadPath:
         it; at least one batch even when it exceeds max_bytes. Every batch's CRC is checked and its
         offsets must follow on from the index entry (the batch CRC does not cover the base offset)."""
         index = await self.index(meta)
-        key = self._object_key(meta)
+        at = self._stored(meta)
+        key = at.key
         entry = index.entry_for(offset)
         pos, expected = entry.position, entry.offset
         end = meta.size - SEGMENT_FOOTER_SIZE
@@ -177,7 +170,7 @@ class ReadPath:
         out = bytearray()
         while pos < end:
             length = min(want, end - pos)
-            chunk = memoryview(await self.owner.objects.get_range(key, meta.position + pos, length))
+            chunk = memoryview(await self.owner.objects.get_range(key, at.start + pos, length))
             if len(chunk) != length or length < LOG_OVERHEAD:
                 raise CorruptSegmentError(f"segment shorter than committed: {len(chunk)} bytes at {pos}",
                                           key=key, position=pos)

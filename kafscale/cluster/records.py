@@ -5,6 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kafscale.storage import keys as object_keys
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAt:
+    """Where a committed segment's bytes and its index's lie: a segment of its own is a whole object (and its
+    index another), a virtual partition's is a byte range of a pack, its index right after it."""
+
+    key: str
+    start: int  # the segment's first byte in `key`
+    size: int
+    whole: bool  # `key` holds this segment alone: read it whole
+    index_key: str
+    index_start: int
+    index_size: int | None  # None: the whole `index_key` object
+
 
 @dataclass(frozen=True, slots=True)
 class SegmentMeta:
@@ -39,6 +55,14 @@ class SegmentMeta:
         return cls(v["base"], v["last"], v["size"], v["records"], v["min_ts"], v["max_ts"], v["crc"],
                    v["created_ms"], v.get("key_epoch", 0), v.get("pack", ""), v.get("position", 0),
                    v.get("index_size", 0))
+
+    def stored(self, namespace: str, topic: str, partition: int) -> StoredAt:
+        """Where this segment of a topic's partition is in the object store."""
+        if self.pack:
+            key = object_keys.pack_key(namespace, topic, self.pack)
+            return StoredAt(key, self.position, self.size, False, key, self.position + self.size, self.index_size)
+        return StoredAt(object_keys.segment_key(namespace, topic, partition, self.base, self.key_epoch), 0, self.size,
+                        True, object_keys.index_key(namespace, topic, partition, self.base, self.key_epoch), 0, None)
 
     @classmethod
     def from_info(cls, info: Any, key_epoch: int = 0, pack: str = "", position: int = 0,

@@ -15,7 +15,6 @@ from kafscale.cluster.records import SegmentMeta
 from kafscale.pipeline.committed import PartitionLog, Snapshot, TopicMeta, read_snapshot
 from kafscale.pipeline.location import Location, objects_for
 from kafscale.pipeline.slices import DataLossError, Slice, read_slice
-from kafscale.storage import keys as object_keys
 from kafscale.storage.index import SegmentIndex
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE
 
@@ -211,12 +210,9 @@ def _slice(opts: SourceOptions, part: PartitionLog, seg: SegmentMeta, lo: int, h
 def _ranges(opts: SourceOptions, part: PartitionLog, seg: SegmentMeta, lo: int, hi: int) -> list[tuple[int, int, int]]:
     """Byte ranges of about split_bytes between index entries (always batch boundaries)."""
     objects = objects_for(opts.location)
-    if seg.pack:
-        key = object_keys.pack_key(opts.location.namespace, part.topic, seg.pack)
-        raw = objects.get_range(key, seg.position + seg.size, seg.index_size)
-    else:
-        key = object_keys.index_key(opts.location.namespace, part.topic, part.partition, seg.base, seg.key_epoch)
-        raw = objects.get(key)
+    at = seg.stored(opts.location.namespace, part.topic, part.partition)
+    key = at.index_key
+    raw = objects.get(key) if at.index_size is None else objects.get_range(key, at.index_start, at.index_size)
     index = SegmentIndex.parse(raw, key=key)
     body_end = seg.size - SEGMENT_FOOTER_SIZE
     cuts = [index.entries[0]]

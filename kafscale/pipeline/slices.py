@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from kafscale.cluster.records import SegmentMeta
+from kafscale.cluster.records import SegmentMeta, StoredAt
 from kafscale.pipeline.location import Location, objects_for
 from kafscale.pipeline.records import decode_batches
-from kafscale.storage import keys as object_keys
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, split_batches
 from kafscale.storage.object_store import ObjectNotFoundError
 from kafscale.storage.segment import CorruptSegmentError, SegmentReader
@@ -58,13 +57,9 @@ class Slice:
         return self.segment.size if self.byte_range is None else self.byte_range[1] - self.byte_range[0]
 
     @property
-    def key(self) -> str:
-        """The object holding the segment: its own (at the key its commit names), or a pack where it starts at
-        segment.position (a virtual partition's)."""
-        if self.segment.pack:
-            return object_keys.pack_key(self.location.namespace, self.topic, self.segment.pack)
-        return object_keys.segment_key(self.location.namespace, self.topic, self.partition, self.segment.base,
-                                       self.segment.key_epoch)
+    def stored(self) -> StoredAt:
+        """Where the segment is: an object of its own (at the key its commit names), or a range of a pack."""
+        return self.segment.stored(self.location.namespace, self.topic, self.partition)
 
 
 def read_slice(piece: Slice) -> Iterator[pa.RecordBatch]:
@@ -76,9 +71,9 @@ def read_slice(piece: Slice) -> Iterator[pa.RecordBatch]:
         if not wanted:
             return
         batch = decode_batches(wanted, piece.topic, piece.partition, start_offset=piece.start_offset,
-                               end_offset=piece.end_offset, key=piece.key)
+                               end_offset=piece.end_offset, key=piece.stored.key)
     except (InvalidBatchError, ObjectNotFoundError) as exc:
-        reason = f"segment {piece.key} of {piece.topic}-{piece.partition} is unreadable: {exc}"
+        reason = f"segment {piece.stored.key} of {piece.topic}-{piece.partition} is unreadable: {exc}"
         if piece.fail_on_data_loss:
             raise DataLossError(reason + " (set failOnDataLoss=false to skip it)") from exc
         log.warning("skipping %s", reason)
@@ -90,9 +85,10 @@ def read_slice(piece: Slice) -> Iterator[pa.RecordBatch]:
 
 def _fetch(piece: Slice) -> list[tuple[memoryview, BatchHeader]]:
     objects = objects_for(piece.location)
-    meta, key = piece.segment, piece.key
+    meta, at = piece.segment, piece.stored
+    key = at.key
     if piece.byte_range is None:
-        data = objects.get_range(key, meta.position, meta.size) if meta.pack else objects.get(key)
+        data = objects.get(key) if at.whole else objects.get_range(key, at.start, at.size)
         reader = SegmentReader(data, key=key, verify=True)
         info = reader.info
         if (info.base_offset, info.last_offset, info.size, info.crc) != (meta.base, meta.last, meta.size, meta.crc):
@@ -102,7 +98,7 @@ def _fetch(piece: Slice) -> list[tuple[memoryview, BatchHeader]]:
                 f" (crc {meta.crc:#010x})", key=key)
         return [(reader.batch_bytes(pos, h), h) for pos, h in reader.batches()]
     first, end, expected = piece.byte_range
-    data = memoryview(objects.get_range(key, meta.position + first, end - first))
+    data = memoryview(objects.get_range(key, at.start + first, end - first))
     if len(data) != end - first:
         raise CorruptSegmentError(f"object shorter than its commit: {len(data)} bytes at {first}", key=key,
                                   position=first)
@@ -122,11 +118,11 @@ def _record_data_loss(piece: Slice, reason: str) -> None:
     os.makedirs(piece.data_loss_dir, exist_ok=True)
     # One file per slice: a retried task rewrites its own file instead of counting twice.
     # The segment, not only the object: the lanes of a pack share its key.
-    name = hashlib.sha1(f"{piece.key}:{piece.partition}:{piece.segment.base}:{piece.byte_range}".encode()
+    name = hashlib.sha1(f"{piece.stored.key}:{piece.partition}:{piece.segment.base}:{piece.byte_range}".encode()
                         ).hexdigest() + ".json"
     tmp = os.path.join(piece.data_loss_dir, "." + name)
     with open(tmp, "w") as fh:
-        json.dump({"key": piece.key, "topic": piece.topic, "partition": piece.partition,
+        json.dump({"key": piece.stored.key, "topic": piece.topic, "partition": piece.partition,
                    "offsets": [max(piece.start_offset, piece.segment.base),
                                min(piece.end_offset, piece.segment.last + 1)],
                    "reason": reason}, fh)

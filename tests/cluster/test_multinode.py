@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.ports import free_port
@@ -79,6 +79,39 @@ def test_shards_on_every_node_serve_clients_at_their_own_addresses(cluster_serve
     traffic.stop()
     assert_exactly_once(traffic, read_all(cluster_serve.bootstrap_all, "spread", 6, traffic.ends()))
     assert {p for p, _ in traffic.acked} == set(range(6))
+
+
+def test_a_virtual_topic_spreads_and_moves_by_physical_partition(cluster_serve: ServeProcess,
+                                                                 ray_cluster: RayTestCluster) -> None:
+    """12 virtual partitions over 3: each physical partition's virtual ones are led by one shard, the three
+    spread over the nodes, and a move of any virtual partition moves its physical partition whole, while an
+    idempotent producer writes to every virtual partition: nothing lost, nothing twice."""
+    admin = AdminClient({"bootstrap.servers": cluster_serve.bootstrap_all})
+    admin.create_topics([NewTopic("lanes", 3, config={"kafscale.virtual.partitions": "12"})])["lanes"].result(30)
+    md = admin.list_topics("lanes", timeout=30)
+    leaders = {p: m.leader for p, m in md.topics["lanes"].partitions.items()}
+    assert sorted(leaders) == list(range(12))
+    assert all(leaders[v] == leaders[v % 3] for v in range(12)), "a physical partition's lanes on one shard"
+    assert len({leaders[p] for p in range(3)}) == NODES, "the physical partitions spread over the nodes"
+    traffic = Traffic(cluster_serve.bootstrap_all, "lanes", 12).start()
+    time.sleep(2)
+    info = layout(ray_cluster)
+    shards = sorted(s["id"] for n in info["nodes"] for s in n["shards"])
+    current = next(s["id"] for n in info["nodes"] for s in n["shards"] if "lanes-1" in s["partitions"])
+    target = shards[(shards.index(current) + 1) % len(shards)]
+    proc = kafscale("partition", "move", "lanes", "7", "--to", str(target), "--ray-address", ray_cluster.address,
+                    "-o", "json")  # virtual partition 7 lives in physical partition 1
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["moved"]
+    time.sleep(2)
+    traffic.stop()
+    after = {p for n in layout(ray_cluster)["nodes"] for s in n["shards"] if s["id"] == target
+             for p in s["partitions"]}
+    assert "lanes-1" in after
+    moved = AdminClient({"bootstrap.servers": cluster_serve.bootstrap_all}).list_topics("lanes", timeout=30)
+    assert len({moved.topics["lanes"].partitions[v].leader for v in (1, 4, 7, 10)}) == 1, "its lanes moved together"
+    assert_exactly_once(traffic, read_all(cluster_serve.bootstrap_all, "lanes", 12, traffic.ends()))
+    assert {p for p, _ in traffic.acked} == set(range(12))
 
 
 def test_planned_moves_of_busy_partitions_and_a_group_lose_and_duplicate_nothing(

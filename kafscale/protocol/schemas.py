@@ -116,3 +116,11 @@ def make(cls: type[T], /, **kwargs: Any) -> T:
     return cls(**kwargs)
 
 
+
+
+def replace(value: T, /, **changes: Any) -> T:
+    """dataclasses.replace, dropping changes to fields this version's class does not have (as make() does)."""
+    shape = _shape(type(value))
+    if not changes.keys() <= shape.names:
+        changes = {k: v for k, v in changes.items() if k in shape.names}
+    return dataclasses.replace(value, **changes)  # type: ignore[type-var]

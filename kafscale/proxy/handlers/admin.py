@@ -3,9 +3,9 @@ offsets' companion topic too."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from kafscale.protocol.codec import replace
 from kafscale.proxy.state import Call
 from kafscale.proxy.topics import offsets_topic
 
@@ -19,7 +19,7 @@ async def handle(call: Call, request: Any) -> Any:
     answer = await call.session.send(request)
     deleted = [r.name for r in answer.responses if r.error_code == 0 and call.proxy.topics.layout(r.name)]
     if deleted:  # v1-v5 name topics by name only
-        await call.session.send(dataclasses.replace(request, topic_names=tuple(offsets_topic(n) for n in deleted)))
+        await call.session.send(replace(request, topic_names=tuple(offsets_topic(n) for n in deleted)))
         for name in deleted:
             call.proxy.topics.offsets_ready.discard(name)
     return answer

@@ -4,13 +4,12 @@ decides its layout."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kafscale.cluster.virtual import VirtualLayout
-from kafscale.protocol.codec import make, nested, request_class
+from kafscale.protocol.codec import make, nested, replace, request_class
 from kafscale.proxy.state import Call
 from kafscale.proxy.topics import MAX_TOPIC_NAME, offsets_topic
 from kafscale.proxy.upstream import CREATE_TOPICS_VERSION
@@ -31,8 +30,8 @@ async def handle(call: Call, request: Any) -> Any:
         elif len(offsets_topic(topic.name)) > MAX_TOPIC_NAME:
             refused[topic.name] = f"topic name {topic.name} is too long for its committed-offsets topic"
         else:
-            topics.append(dataclasses.replace(topic, num_partitions=layout.physical))
-    answer = await call.session.send(dataclasses.replace(request, topics=tuple(topics)))
+            topics.append(replace(topic, num_partitions=layout.physical))
+    answer = await call.session.send(replace(request, topics=tuple(topics)))
     created = [t.name for t in answer.topics if t.error_code == 0 and call.proxy.topics.layout(t.name) is not None]
     if created and not request.validate_only:
         await create_upstream(call, [], offsets_for=created)
@@ -41,14 +40,14 @@ async def handle(call: Call, request: Any) -> Any:
     results += [make(result_cls, name=name, topic_id=None, error_code=ErrorCode.invalid_partitions,
                      error_message=message, topic_config_error_code=0, num_partitions=-1, replication_factor=-1,
                      configs=None) for name, message in refused.items()]
-    return dataclasses.replace(answer, topics=tuple(results))
+    return replace(answer, topics=tuple(results))
 
 
 def _virtual_result(call: Call, result: Any) -> Any:
     layout = call.proxy.topics.layout(result.name)
     if layout is None or result.error_code != 0 or not hasattr(result, "num_partitions"):
         return result
-    return dataclasses.replace(result, num_partitions=layout.virtual)
+    return replace(result, num_partitions=layout.virtual)
 
 
 async def create_upstream(call: Call, topics: list[tuple[str, VirtualLayout]], offsets_for: list[str] = ()) -> None:

@@ -8,12 +8,11 @@ session 0, so clients send full requests, and upstream fetches are sessionless t
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.protocol.codec import make, nested, response_class
+from kafscale.protocol.codec import make, nested, replace, response_class
 from kafscale.proxy.handlers.routing import Key, Target, by_topic, forward, place
 from kafscale.proxy.records import keep_lane
 from kafscale.proxy.state import Call
@@ -36,18 +35,18 @@ async def handle(call: Call, request: Any) -> Any:
                 outcome[(topic.topic, part.partition)] = physical
             else:
                 parts.append((Target(topic.topic, part.partition, physical),
-                              dataclasses.replace(part, partition=physical)))
+                              replace(part, partition=physical)))
     topic_cls = nested(type(request), "FetchTopic")
     top_error = ErrorCode.none
 
     async def send(node: int, group: list[tuple[Target, Any]]) -> dict[Key, Any]:
         nonlocal top_error
-        upstream = dataclasses.replace(request, session_id=NO_SESSION, session_epoch=SESSIONLESS,
+        upstream = replace(request, session_id=NO_SESSION, session_epoch=SESSIONLESS,
                                        forgotten_topics_data=(), topics=tuple(
                                            topic_cls(topic=name, partitions=tuple(ps))
                                            for name, ps in by_topic(group).items()))
         answer = await call.session.send(upstream, node)
-        if answer.error_code != ErrorCode.none:
+        if getattr(answer, "error_code", ErrorCode.none) != ErrorCode.none:  # v7+
             top_error = answer.error_code
         return {(t.topic, p.partition_index): p for t in answer.responses for p in t.partitions}
 
@@ -63,12 +62,12 @@ async def handle(call: Call, request: Any) -> Any:
                         preferred_read_replica=-1, records=None)
         layout = call.proxy.topics.layout(topic)
         if layout is None or found.error_code != ErrorCode.none or not found.records:
-            return dataclasses.replace(found, partition_index=part.partition)
+            return replace(found, partition_index=part.partition)
         physical = part.partition % layout.physical
         kept = keep_lane(found.records, part.partition, physical, part.fetch_offset, _lanes(call, topic, physical))
         call.proxy.metrics.batches_kept.inc(kept.kept)
         call.proxy.metrics.batches_dropped.inc(kept.dropped)
-        return dataclasses.replace(found, partition_index=part.partition, records=kept.records)
+        return replace(found, partition_index=part.partition, records=kept.records)
 
     return make(response, throttle_time=0, error_code=top_error, session_id=NO_SESSION, responses=tuple(
         make(rtopic_cls, topic=t.topic, partitions=tuple(answer(t.topic, p) for p in t.partitions))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from kafscale.protocol.codec import replace
 from kafscale.proxy.state import Call
 
 API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 3
@@ -19,4 +19,4 @@ async def handle(call: Call, request: Any) -> Any:
     if getattr(request, "key_type", GROUP) == GROUP:
         call.proxy.cluster.coordinators[request.key] = answer.node_id
     host, port = call.proxy.advertised
-    return dataclasses.replace(answer, node_id=call.proxy.node_id, host=host, port=port)
+    return replace(answer, node_id=call.proxy.node_id, host=host, port=port)

@@ -4,12 +4,11 @@ watermark; the first at a timestamp may be another virtual partition's record, w
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.protocol.codec import make, nested, response_class
+from kafscale.protocol.codec import make, nested, replace, response_class
 from kafscale.proxy.handlers.routing import Key, Target, by_topic, forward, place
 from kafscale.proxy.state import Call
 
@@ -26,11 +25,11 @@ async def handle(call: Call, request: Any) -> Any:
                 outcome[(topic.name, part.partition_index)] = physical
             else:
                 parts.append((Target(topic.name, part.partition_index, physical),
-                              dataclasses.replace(part, partition_index=physical)))
+                              replace(part, partition_index=physical)))
     topic_cls = nested(type(request), "ListOffsetsTopic")
 
     async def send(node: int, group: list[tuple[Target, Any]]) -> dict[Key, Any]:
-        upstream = dataclasses.replace(request, topics=tuple(
+        upstream = replace(request, topics=tuple(
             topic_cls(name=name, partitions=tuple(ps)) for name, ps in by_topic(group).items()))
         answer = await call.session.send(upstream, node)
         return {(t.name, p.partition_index): p for t in answer.topics for p in t.partitions}
@@ -44,7 +43,7 @@ async def handle(call: Call, request: Any) -> Any:
         if isinstance(found, ErrorCode):
             return make(part_cls, partition_index=index, error_code=found, timestamp=None, offset=-1,
                         leader_epoch=-1, old_style_offsets=())
-        return dataclasses.replace(found, partition_index=index)
+        return replace(found, partition_index=index)
 
     return make(response, throttle_time=0, topics=tuple(
         make(rtopic_cls, name=t.name, partitions=tuple(answer(p.partition_index, outcome[(t.name, p.partition_index)])

@@ -8,13 +8,12 @@ land in the wrong places.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.protocol.codec import nested
+from kafscale.protocol.codec import nested, replace
 from kafscale.proxy.handlers.create_topics import create_upstream
 from kafscale.proxy.state import Call
 from kafscale.proxy.topics import offsets_topic_of
@@ -28,10 +27,12 @@ async def handle(call: Call, request: Any) -> Any:
     proxy = call.proxy
     wanted = [t.name for t in request.topics] if request.topics is not None else None
     virtual_wanted = [n for n in wanted or () if n and proxy.topics.layout(n) is not None]
-    upstream_request = dataclasses.replace(request, allow_auto_topic_creation=(
-        request.allow_auto_topic_creation and not virtual_wanted))
+    auto_create = getattr(request, "allow_auto_topic_creation", True)  # v1-v3: implied
+    upstream_request = request
+    if virtual_wanted and hasattr(request, "allow_auto_topic_creation"):
+        upstream_request = replace(request, allow_auto_topic_creation=False)
     answer = await call.session.send(upstream_request)
-    if request.allow_auto_topic_creation and virtual_wanted:
+    if auto_create and virtual_wanted:
         missing = [t.name for t in answer.topics
                    if t.name in virtual_wanted and t.error_code == ErrorCode.unknown_topic_or_partition]
         if missing:
@@ -42,20 +43,20 @@ async def handle(call: Call, request: Any) -> Any:
     broker = nested(cls, "MetadataResponseBroker")(node_id=proxy.node_id, host=proxy.advertised[0],
                                                    port=proxy.advertised[1], rack=None)
     topics = [_topic(call, t) for t in answer.topics if wanted is not None or offsets_topic_of(t.name or "") is None]
-    return dataclasses.replace(answer, brokers=(broker,), controller_id=proxy.node_id, topics=tuple(topics))
+    return replace(answer, brokers=(broker,), controller_id=proxy.node_id, topics=tuple(topics))
 
 
 def _topic(call: Call, topic: Any) -> Any:
     node = call.proxy.node_id
-    partitions = [dataclasses.replace(p, leader_id=node if p.leader_id >= 0 else -1, replica_nodes=(node,),
-                                      isr_nodes=(node,), offline_replicas=()) for p in topic.partitions]
+    partitions = [replace(p, leader_id=node if p.leader_id >= 0 else -1, replica_nodes=(node,), isr_nodes=(node,),
+                          offline_replicas=()) for p in topic.partitions]
     layout = call.proxy.topics.layout(topic.name) if topic.name and topic.error_code == 0 else None
     if layout is None:
-        return dataclasses.replace(topic, partitions=tuple(partitions))
+        return replace(topic, partitions=tuple(partitions))
     if len(partitions) != layout.physical:
         log.warning("topic %s has %d partitions upstream where its mapping says %d physical partitions: refused",
                     topic.name, len(partitions), layout.physical)
-        return dataclasses.replace(topic, error_code=ErrorCode.invalid_partitions, partitions=())
+        return replace(topic, error_code=ErrorCode.invalid_partitions, partitions=())
     by_index = {p.partition_index: p for p in partitions}
-    virtual = [dataclasses.replace(by_index[v % layout.physical], partition_index=v) for v in range(layout.virtual)]
-    return dataclasses.replace(topic, partitions=tuple(virtual))
+    virtual = [replace(by_index[v % layout.physical], partition_index=v) for v in range(layout.virtual)]
+    return replace(topic, partitions=tuple(virtual))

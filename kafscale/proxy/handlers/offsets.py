@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.protocol.codec import nested
+from kafscale.protocol.codec import nested, replace
 from kafscale.proxy.handlers.create_topics import create_upstream
 from kafscale.proxy.handlers.groups import to_coordinator
 from kafscale.proxy.state import Call
@@ -43,25 +42,25 @@ async def commit(call: Call, request: Any) -> Any:
             refused[topic.name] = bad
         good = tuple(p for p in topic.partitions if p.partition_index not in bad)
         if good:
-            topics.append(dataclasses.replace(topic, name=offsets_topic(topic.name), partitions=good))
+            topics.append(replace(topic, name=offsets_topic(topic.name), partitions=good))
     await _companions(call, virtual)
-    answer = await to_coordinator(call, request.group_id, dataclasses.replace(request, topics=tuple(topics)))
+    answer = await to_coordinator(call, request.group_id, replace(request, topics=tuple(topics)))
     cls = type(answer)
     topic_cls, part_cls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
-    results = [dataclasses.replace(t, name=offsets_topic_of(t.name) or t.name) for t in answer.topics]
+    results = [replace(t, name=offsets_topic_of(t.name) or t.name) for t in answer.topics]
     for name, partitions in refused.items():
         results.append(topic_cls(name=name, partitions=tuple(
             part_cls(partition_index=p, error_code=ErrorCode.unknown_topic_or_partition) for p in partitions)))
-    return dataclasses.replace(answer, topics=tuple(_merge(results)))
+    return replace(answer, topics=tuple(_merge(results)))
 
 
 async def fetch(call: Call, request: Any) -> Any:
     if request.topics is not None:
         virtual = [t.name for t in request.topics if call.proxy.topics.layout(t.name) is not None]
         await _companions(call, virtual)
-        renamed = tuple(dataclasses.replace(t, name=offsets_topic(t.name)) if t.name in virtual else t
+        renamed = tuple(replace(t, name=offsets_topic(t.name)) if t.name in virtual else t
                         for t in request.topics)
-        request = dataclasses.replace(request, topics=renamed)
+        request = replace(request, topics=renamed)
     answer = await to_coordinator(call, request.group_id, request)
     topics = []
     for topic in answer.topics:
@@ -71,17 +70,17 @@ async def fetch(call: Call, request: Any) -> Any:
                 continue  # commits on a virtual topic's physical partitions, made around the proxy
             topics.append(topic)
             continue
-        parts = tuple(dataclasses.replace(p, committed_offset=-1, error_code=ErrorCode.none, metadata="")
+        parts = tuple(replace(p, committed_offset=-1, error_code=ErrorCode.none, metadata="")
                       if p.error_code == ErrorCode.unknown_topic_or_partition else p for p in topic.partitions)
-        topics.append(dataclasses.replace(topic, name=name, partitions=parts))
-    return dataclasses.replace(answer, topics=tuple(topics))
+        topics.append(replace(topic, name=name, partitions=parts))
+    return replace(answer, topics=tuple(topics))
 
 
 def _merge(topics: list[Any]) -> list[Any]:
     by_name: dict[str, Any] = {}
     for topic in topics:
         if topic.name in by_name:
-            by_name[topic.name] = dataclasses.replace(by_name[topic.name],
+            by_name[topic.name] = replace(by_name[topic.name],
                                                       partitions=by_name[topic.name].partitions + topic.partitions)
         else:
             by_name[topic.name] = topic

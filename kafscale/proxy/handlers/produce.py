@@ -9,12 +9,11 @@ InitProducerId refuses transactional producers.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.protocol.codec import make, nested, response_class
+from kafscale.protocol.codec import make, nested, replace, response_class
 from kafscale.proxy.handlers.routing import Key, Target, by_topic, forward, place
 from kafscale.proxy.records import TagError, producer_of, tag
 from kafscale.proxy.state import Call
@@ -47,11 +46,11 @@ async def handle(call: Call, request: Any) -> Any:
                     outcome[key], messages[key] = ErrorCode.corrupt_message, str(e)
                     continue
             parts.append((Target(topic.name, part.index, physical),
-                          dataclasses.replace(part, index=physical, records=records)))
+                          replace(part, index=physical, records=records)))
     topic_cls = nested(type(request), "TopicProduceData")
 
     async def send(node: int, group: list[tuple[Target, Any]]) -> dict[Key, Any]:
-        upstream = dataclasses.replace(request, topic_data=tuple(
+        upstream = replace(request, topic_data=tuple(
             topic_cls(name=name, partition_data=tuple(ps)) for name, ps in by_topic(group).items()))
         if request.acks == 0:
             await call.session.send_only(upstream, node)
@@ -70,7 +69,7 @@ async def handle(call: Call, request: Any) -> Any:
         if isinstance(found, ErrorCode):
             return make(part_cls, index=key[1], error_code=found, base_offset=-1, log_append_time=None,
                         log_start_offset=-1, record_errors=(), error_message=messages.get(key))
-        return dataclasses.replace(found, index=key[1])
+        return replace(found, index=key[1])
 
     return make(response, throttle_time=0, responses=tuple(
         make(rtopic_cls, name=t.name, partition_responses=tuple(answer((t.name, p.index)) for p in t.partition_data))

@@ -1,0 +1,188 @@
+"""The proxy's handlers against a scripted upstream, no socket: what each translation sends upstream and what the
+client gets back (kafscale.proxy.handlers). The records' side is tests/unit/test_proxy_records.py; whole clients
+through the proxy are tests/integration/test_proxy.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.memory_records import MemoryRecords
+from kio.schema.errors import ErrorCode
+
+from kafscale.cluster.virtual import VirtualMapping
+from kafscale.protocol.codec import make, nested, request_class, response_class
+from kafscale.proxy.handlers import fetch, metadata, offsets
+from kafscale.proxy.records import tag
+from kafscale.proxy.state import Call, Proxy
+from kafscale.proxy.topics import VirtualTopics, offsets_topic
+from kafscale.proxy.upstream import Cluster, Session
+from kafscale.storage.batch import set_base_offset
+from tests.unit.test_proxy_records import client_batch
+
+
+class Scripted(Session):
+    """An upstream session whose answers come from `answer(request)`; every request it was sent is kept."""
+
+    def __init__(self, cluster: Cluster, answer: Callable[[Any], Any]) -> None:
+        super().__init__(cluster, "test")
+        self.answer, self.sent = answer, []
+        cluster.versions = {k: (0, 12) for k in range(70)}
+
+    async def send(self, request: Any, node: int | None = None, timeout: float = 60.0) -> Any:
+        self.sent.append(request)
+        return self.answer(request)
+
+    async def coordinator(self, group: str, key_type: int = 0) -> int:
+        return 1
+
+
+def call_with(mapping: dict[str, Any], answer: Callable[[Any], Any]) -> tuple[Call, Scripted]:
+    cluster = Cluster(("127.0.0.1", 1))
+    cluster.brokers[1] = ("127.0.0.1", 1)
+    session = Scripted(cluster, answer)
+    proxy = Proxy(cluster, VirtualTopics(VirtualMapping.parse({"mapping": mapping})), ("proxy.example", 9192))
+    return Call(proxy, session), session
+
+
+def metadata_answer(topics: dict[str, int], version: int = 12) -> Any:
+    cls = response_class(3, version)
+    broker, topic_cls, part_cls = (nested(cls, n) for n in ("MetadataResponseBroker", "MetadataResponseTopic",
+                                                            "MetadataResponsePartition"))
+    return make(cls, throttle_time=0, cluster_id="c", controller_id=1,
+                brokers=(make(broker, node_id=1, host="up.example", port=9092, rack=None),),
+                topics=tuple(make(topic_cls, error_code=0, name=name, topic_id=None, is_internal=False,
+                                  topic_authorized_operations=-2147483648, partitions=tuple(
+                                      make(part_cls, error_code=0, partition_index=p, leader_id=1,
+                                           leader_epoch=p + 5, replica_nodes=(1,), isr_nodes=(1,), offline_replicas=())
+                                      for p in range(count)))
+                             for name, count in topics.items()))
+
+
+def metadata_request(topics: list[str] | None, version: int = 12) -> Any:
+    cls = request_class(3, version)
+    entries = None if topics is None else tuple(make(nested(cls, "MetadataRequestTopic"), name=t, topic_id=None)
+                                                for t in topics)
+    return make(cls, topics=entries, allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.sampled_from([1, 4, 9, 12]))
+async def test_metadata_shows_v_partitions_each_a_copy_of_its_physical_one_led_by_the_proxy(
+        physical: int, ratio: int, version: int) -> None:
+    virtual = physical * ratio
+    call, _ = call_with({"topics": {"orders": {"physical_partitions": physical, "virtual_partitions": virtual}}},
+                        lambda _: metadata_answer({"orders": physical, "plain": 2,
+                                                   offsets_topic("orders"): virtual}, version))
+    answer = await metadata.handle(call, metadata_request(None, version))
+    assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [(0, "proxy.example", 9192)]
+    topics = {t.name: t for t in answer.topics}
+    assert set(topics) == {"orders", "plain"}, "the companion topic of committed offsets is not listed"
+    parts = topics["orders"].partitions
+    assert [p.partition_index for p in parts] == list(range(virtual))
+    assert all(p.leader_id == 0 and tuple(p.replica_nodes) == (0,) for p in parts)
+    if version >= 7:
+        assert [p.leader_epoch for p in parts] == [v % physical + 5 for v in range(virtual)]
+    assert [p.partition_index for p in topics["plain"].partitions] == [0, 1]
+    assert call.proxy.cluster.leaders[("orders", physical - 1)] == 1  # learned for routing
+
+
+async def test_a_virtual_topic_with_another_count_upstream_is_refused() -> None:
+    call, _ = call_with({"topics": {"orders": {"physical_partitions": 4, "virtual_partitions": 8}}},
+                        lambda _: metadata_answer({"orders": 3}))
+    (topic,) = (await metadata.handle(call, metadata_request(["orders"]))).topics
+    assert topic.error_code == ErrorCode.invalid_partitions and topic.partitions == ()
+
+
+def commit_request(topic: str, partitions: list[int]) -> Any:
+    cls = request_class(8, 8)
+    topic_cls, part_cls = nested(cls, "OffsetCommitRequestTopic"), nested(cls, "OffsetCommitRequestPartition")
+    return make(cls, group_id="g", generation_id_or_member_epoch=1, member_id="m", group_instance_id=None,
+                topics=(make(topic_cls, name=topic, partitions=tuple(
+                    make(part_cls, partition_index=p, committed_offset=100 + p, committed_leader_epoch=-1,
+                         committed_metadata="") for p in partitions)),))
+
+
+def commit_answer(request: Any) -> Any:
+    if request.__api_key__ == 19:  # the companion topic's creation
+        cls = response_class(19, request.__version__)
+        result = nested(cls, "CreatableTopicResult")
+        return make(cls, throttle_time=0, topics=tuple(
+            make(result, name=t.name, topic_id=None, error_code=0, error_message=None, topic_config_error_code=0,
+                 num_partitions=t.num_partitions, replication_factor=1, configs=()) for t in request.topics))
+    cls = response_class(8, request.__version__)
+    topic_cls, part_cls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
+    return make(cls, throttle_time=0, topics=tuple(
+        make(topic_cls, name=t.name, partitions=tuple(make(part_cls, partition_index=p.partition_index, error_code=0)
+                                                      for p in t.partitions)) for t in request.topics))
+
+
+async def test_a_virtual_partitions_commit_goes_to_its_companion_topic_partition() -> None:
+    call, session = call_with({"topics": {"orders": {"physical_partitions": 10, "virtual_partitions": 100}}},
+                              commit_answer)
+    answer = await offsets.handle(call, commit_request("orders", [57, 99, 100]))
+    created, committed = session.sent
+    assert [(t.name, t.num_partitions) for t in created.topics] == [(offsets_topic("orders"), 100)]
+    (topic,) = committed.topics
+    assert topic.name == offsets_topic("orders")
+    assert [(p.partition_index, p.committed_offset) for p in topic.partitions] == [(57, 157), (99, 199)]
+    (back,) = answer.topics
+    assert back.name == "orders"
+    assert {p.partition_index: p.error_code for p in back.partitions} == {
+        57: ErrorCode.none, 99: ErrorCode.none, 100: ErrorCode.unknown_topic_or_partition}
+    await offsets.handle(call, commit_request("orders", [1]))
+    assert len(session.sent) == 3, "the companion topic is created once"
+
+
+async def test_a_plain_topics_commit_passes_unchanged() -> None:
+    call, session = call_with({"topics": {"orders": {"physical_partitions": 10, "virtual_partitions": 100}}},
+                              commit_answer)
+    request = commit_request("plain", [3])
+    answer = await offsets.handle(call, request)
+    assert session.sent == [request]
+    assert dataclasses.asdict(answer.topics[0])["name"] == "plain"
+
+
+def fetch_request(version: int, topic: str, partitions: list[tuple[int, int]]) -> Any:
+    cls = request_class(1, version)
+    topic_cls, part_cls = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    return make(cls, replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, forgotten_topics_data=(), rack_id="", cluster_id=None,
+                topics=(make(topic_cls, topic=topic, topic_id=None, partitions=tuple(
+                    make(part_cls, partition=p, fetch_offset=o, partition_max_bytes=1 << 20, log_start_offset=-1,
+                         current_leader_epoch=-1, last_fetched_epoch=-1) for p, o in partitions)),))
+
+
+@pytest.mark.parametrize("version", [4, 6, 7, 11, 12])
+async def test_a_fetch_of_any_version_keeps_its_virtual_partitions_batches(version: int) -> None:
+    log = bytearray()
+    for base, lane in [(0, 3), (2, 13), (4, 3)]:
+        batch = bytearray(tag(client_batch([(None, f"{lane}@{base}".encode(), []), (None, b"x", [])]), lane))
+        set_base_offset(batch, 0, base)
+        log += batch
+
+    def upstream(request: Any) -> Any:
+        assert [(t.topic, [p.partition for p in t.partitions]) for t in request.topics] == [("orders", [3])]
+        cls = response_class(1, request.__version__)
+        topic_cls, part_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
+        return make(cls, throttle_time=0, error_code=0, session_id=0, responses=(make(
+            topic_cls, topic="orders", topic_id=None, partitions=(make(
+                part_cls, partition_index=3, error_code=0, high_watermark=6, last_stable_offset=6, log_start_offset=0,
+                aborted_transactions=(), preferred_read_replica=-1, records=bytes(log)),)),))
+
+    call, session = call_with({"topics": {"orders": {"physical_partitions": 10, "virtual_partitions": 20}}}, upstream)
+    call.proxy.cluster.leaders.update({("orders", p): 1 for p in range(10)})  # known: no Metadata asked first
+    answer = await fetch.handle(call, fetch_request(version, "orders", [(13, 0)]))
+    (part,) = answer.responses[0].partitions
+    assert part.partition_index == 13 and part.high_watermark == 6
+    batches, values, end = MemoryRecords(part.records), [], 0
+    while (b := batches.next_batch()) is not None:
+        values += [] if b.is_control_batch else [r.value for r in b]
+        end = b.next_offset
+    assert values == [b"13@2", b"x"] and end == 6  # lane 3's last batch is stepped over
+    assert len(session.sent) == 1

@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
         listen = _address(args.listen, "--listen")
         advertise = _address(args.advertise, "--advertise")
         metrics = _address(args.metrics, "--metrics")
+        if advertise is None and listen is not None and listen[0] in ("0.0.0.0", "::", ""):
+            raise ValueError(f"--listen {args.listen} binds every interface: say with --advertise HOST:PORT "
+                             "which address clients should use")
     except (MappingError, ValueError) as e:
         print(f"kafscale proxy: {e}", file=sys.stderr)
         return 2

@@ -96,7 +96,7 @@ def tag(records: Buffer, lane: int, producer: tuple[int, int] | None = None) -> 
     by `producer` when given. Raises InvalidBatchError for a batch that fails Kafka's checks, TagError for
     records that do not parse."""
     value = str(lane).encode()
-    extra = zigzag(len(TAG)) + TAG + zigzag(len(value)) + value
+    own = zigzag(len(TAG)) + TAG + zigzag(len(value)) + value
     out = bytearray()
     for pos, header in split_batches(records):
         if header.attributes & CONTROL_BIT:
@@ -104,8 +104,8 @@ def tag(records: Buffer, lane: int, producer: tuple[int, int] | None = None) -> 
         view = memoryview(records)[pos : pos + header.size]
         try:
             plain = decompress(header.compression, view[HEADER_SIZE:])
-            body = _tagged(plain, header.record_count, extra)
-        except (ValueError, IndexError) as e:
+            body = _tagged(plain, header.record_count, own)
+        except Exception as e:  # a codec's own error, struct.error, IndexError, ValueError: the client's bytes
             raise TagError(f"records of the batch do not parse: {e}") from None
         payload = compress(header.compression, body)
         batch = bytearray(view[:HEADER_SIZE])
@@ -118,7 +118,9 @@ def tag(records: Buffer, lane: int, producer: tuple[int, int] | None = None) -> 
     return bytes(out)
 
 
-def _tagged(plain: bytes, count: int, extra: bytes) -> bytes:
+def _tagged(plain: bytes, count: int, own: bytes) -> bytes:
+    """The records with the proxy's tag as their first header. A `kafscale.vp` header the client sent (copied
+    from a record it consumed through a proxy, say) is dropped: the proxy's tag is the only one a record has."""
     out = bytearray()
     pos = 0
     for _ in range(count):
@@ -128,9 +130,19 @@ def _tagged(plain: bytes, count: int, extra: bytes) -> bytes:
             raise ValueError("a record runs past its batch")
         at = _headers_at(plain, body)
         headers, after = _read_zigzag(plain, at)
-        if headers < 0 or after > end:
-            raise ValueError("a record's headers run past it")
-        new = plain[body:at] + zigzag(headers + 1) + plain[after:end] + extra
+        kept, cursor = [], after
+        for _ in range(headers):
+            start = cursor
+            key_len, cursor = _read_zigzag(plain, cursor)
+            key = plain[cursor : cursor + key_len]
+            cursor += max(key_len, 0)
+            value_len, cursor = _read_zigzag(plain, cursor)
+            cursor += max(value_len, 0)
+            if key != TAG:
+                kept.append(plain[start:cursor])
+        if headers < 0 or cursor != end:
+            raise ValueError("a record's headers do not fill it")
+        new = b"".join([plain[body:at], zigzag(len(kept) + 1), own, *kept])
         out += zigzag(len(new))
         out += new
         pos = end
@@ -172,8 +184,8 @@ class Lanes:
         if not attributes & CONTROL_BIT and count > 0:
             try:
                 lane = _first_tag(decompress(attributes & 0x07, batch[HEADER_SIZE:]))
-            except (ValueError, IndexError):
-                lane = None  # not ours to judge: it goes, as an untagged batch, to the client, which checks it
+            except Exception:  # not ours to judge: it goes, as an untagged batch, to the client, which checks it
+                lane = None
         self._known[key] = lane
         if len(self._known) > self.size:
             self._known.popitem(last=False)
@@ -181,26 +193,30 @@ class Lanes:
 
 
 def _first_tag(plain: bytes) -> int | None:
+    """The lane the proxy's tag names: the first header of the batch's first record (None if it is not a tag)."""
     _, body = _read_zigzag(plain, 0)
     at = _headers_at(plain, body)
     headers, pos = _read_zigzag(plain, at)
-    for _ in range(headers):
-        key_len, pos = _read_zigzag(plain, pos)
-        key = plain[pos : pos + key_len]
-        pos += key_len
-        value_len, pos = _read_zigzag(plain, pos)
-        if key == TAG:
-            return int(plain[pos : pos + value_len])
-        pos += max(value_len, 0)
-    return None
+    if headers < 1:
+        return None
+    key_len, pos = _read_zigzag(plain, pos)
+    if plain[pos : pos + key_len] != TAG:
+        return None
+    pos += key_len
+    value_len, pos = _read_zigzag(plain, pos)
+    value = plain[pos : pos + value_len]
+    return int(value) if value.isdigit() else None
 
 
-def keep_lane(records: Buffer, lane: int, untagged: int, fetch_offset: int,
+def keep_lane(records: Buffer, lane: int, layout: tuple[int, int], fetch_offset: int,
               lane_of: Callable[[memoryview, int, int, int, int], int | None]) -> Filtered:
-    """The batches of `records` (an upstream Fetch answer's) that belong to `lane`, with control batches and
-    batches of no lane; untagged batches belong to lane `untagged`. If the answer reaches past what is kept,
-    an empty batch ends it, spanning the rest. A trailing partial batch (a Fetch cut at its byte limit) is
-    left out, as clients leave it."""
+    """The batches of `records` (an upstream Fetch answer's, of lane's physical partition in a topic of
+    `layout` = (P, V)) that belong to `lane`, with control batches and empty ones. Untagged batches, and batches
+    whose tag names no lane of this physical partition, belong to its first lane (the one of its index). If the
+    answer reaches past what is kept, a skip batch ends it, spanning the rest. A trailing partial batch (a Fetch
+    cut at its byte limit) is left out, as clients leave it."""
+    physical_count, virtual_count = layout
+    physical = lane % physical_count
     view = memoryview(records)
     out = bytearray()
     kept = dropped = 0
@@ -213,8 +229,9 @@ def keep_lane(records: Buffer, lane: int, untagged: int, fetch_offset: int,
             break
         batch = view[pos : pos + size]
         owner = lane_of(batch, base, crc, attributes, count)
-        if owner is None and count > 0 and not attributes & CONTROL_BIT:
-            owner = untagged
+        data = count > 0 and not attributes & CONTROL_BIT
+        if data and (owner is None or not 0 <= owner < virtual_count or owner % physical_count != physical):
+            owner = physical
         if owner is None or owner == lane:
             out += batch
             kept += 1

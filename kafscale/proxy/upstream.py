@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import itertools
 import logging
 import struct
@@ -30,10 +31,27 @@ FIND_COORDINATOR_VERSION = 3
 INIT_PRODUCER_ID_VERSION = 3
 CREATE_TOPICS_VERSION = 4
 API_VERSIONS_VERSION = 2
+UPSTREAM_MARGIN_S = 30.0  # beyond the longest wait a request allows, before the upstream counts as gone
 
 
 class UpstreamError(Exception):
     """The upstream broker could not be reached or answered nonsense: the client's request fails."""
+
+
+class _Connection:
+    """One TCP connection and the requests waiting for its answers; a new one replaces it when it breaks."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def fail(self, error: Exception) -> None:
+        pending, self.pending = self.pending, {}
+        for _, _, future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self.writer.close()
 
 
 class Link:
@@ -41,57 +59,53 @@ class Link:
 
     def __init__(self, host: str, port: int, client_id: str | None) -> None:
         self.host, self.port, self.client_id = host, port, client_id
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._connection: _Connection | None = None
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
 
-    @property
-    def open(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
-
-    async def send(self, request: Any, timeout: float = 60.0) -> Any:
+    async def send(self, request: Any, timeout: float) -> Any:
         """The upstream's answer to `request`, a kio request object."""
         async with self._lock:
-            if not self.open:
-                await self._connect()
-            assert self._writer is not None
+            connection = await self._connected()
             correlation_id = next(self._ids) & 0x7FFFFFFF
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = (request.__api_key__, request.__version__, future)
-            self._writer.write(encode_request(request, correlation_id, self.client_id))
+            connection.pending[correlation_id] = (request.__api_key__, request.__version__, future)
+            connection.writer.write(encode_request(request, correlation_id, self.client_id))
+            await connection.writer.drain()
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            self.close()  # an answer may still come: the connection's order is lost, start afresh
+            connection.fail(UpstreamError("timed out"))  # an answer may still come: its order is lost, start afresh
             raise UpstreamError(f"{self.host}:{self.port} did not answer in {timeout:.0f} s") from None
 
     async def send_only(self, request: Any) -> None:
         """Send a request the upstream does not answer (a Produce with acks=0)."""
         async with self._lock:
-            if not self.open:
-                await self._connect()
-            assert self._writer is not None
-            self._writer.write(encode_request(request, next(self._ids) & 0x7FFFFFFF, self.client_id))
+            connection = await self._connected()
+            connection.writer.write(encode_request(request, next(self._ids) & 0x7FFFFFFF, self.client_id))
+            await connection.writer.drain()
 
-    async def _connect(self) -> None:
+    async def _connected(self) -> _Connection:
+        if self._connection is not None and not self._connection.writer.is_closing():
+            return self._connection
         try:
-            reader, self._writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 10)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 10)
         except (OSError, TimeoutError) as e:
             raise UpstreamError(f"cannot connect to upstream {self.host}:{self.port}: {e}") from None
-        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+        connection = self._connection = _Connection(reader, writer)
+        connection.task = asyncio.get_running_loop().create_task(self._read(connection))
+        return connection
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, connection: _Connection) -> None:
         error: Exception = UpstreamError(f"upstream {self.host}:{self.port} closed the connection")
         try:
             while True:
-                (size,) = _SIZE.unpack(await reader.readexactly(4))
-                if not 0 < size <= MAX_FRAME:
+                (size,) = _SIZE.unpack(await connection.reader.readexactly(4))
+                if not 4 <= size <= MAX_FRAME:
                     raise UpstreamError(f"upstream {self.host}:{self.port} sent a frame of {size} bytes")
-                payload = await reader.readexactly(size)
+                payload = await connection.reader.readexactly(size)
                 (correlation_id,) = _SIZE.unpack_from(payload, 0)
-                api_key, version, future = self._pending.pop(correlation_id, (0, 0, None))
+                api_key, version, future = connection.pending.pop(correlation_id, (0, 0, None))
                 if future is None:
                     raise UpstreamError(f"upstream {self.host}:{self.port} answered an unknown request")
                 if not future.done():
@@ -99,24 +113,32 @@ class Link:
                         future.set_result(decode_response(api_key, version, payload)[1])
                     except Exception as e:
                         future.set_exception(UpstreamError(f"undecodable answer from {self.host}:{self.port}: {e}"))
-        except (OSError, asyncio.IncompleteReadError, UpstreamError) as e:
-            if isinstance(e, UpstreamError):
-                error = e
-        finally:
-            self._fail(error)
-
-    def _fail(self, error: Exception) -> None:
-        pending, self._pending = self._pending, {}
-        for _, _, future in pending.values():
-            if not future.done():
-                future.set_exception(error)
-        if self._writer is not None:
-            self._writer.close()
+        except UpstreamError as e:
+            error = e
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:  # cancelled too: whoever waits on this connection hears of it
+            connection.fail(error)
 
     def close(self) -> None:
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-        self._fail(UpstreamError("connection closed"))
+        if self._connection is not None:
+            if self._connection.task is not None:
+                self._connection.task.cancel()
+            self._connection.fail(UpstreamError("connection closed"))
+            self._connection = None
+
+
+def timeout_for(request: Any) -> float:
+    """How long to wait for the upstream's answer: a margin over the longest wait the request itself allows (a
+    JoinGroup's rebalance timeout, a Fetch's max_wait, a Produce's or CreateTopics' timeout)."""
+    longest = 0.0
+    for name in ("rebalance_timeout", "session_timeout", "max_wait", "timeout"):
+        value = getattr(request, name, None)
+        if isinstance(value, datetime.timedelta):
+            longest = max(longest, value.total_seconds())
+        elif isinstance(value, int):
+            longest = max(longest, value / 1000)
+    return UPSTREAM_MARGIN_S + longest
 
 
 @dataclass
@@ -154,9 +176,9 @@ class Session:
         self.cluster, self.client_id = cluster, client_id
         self._links: dict[int | None, Link] = {}
 
-    async def send(self, request: Any, node: int | None = None, timeout: float = 60.0) -> Any:
+    async def send(self, request: Any, node: int | None = None) -> Any:
         """The answer of the upstream broker `node` (None: the bootstrap address) to a kio request."""
-        return await self._link(node).send(request, timeout)
+        return await self._link(node).send(request, timeout_for(request))
 
     async def send_only(self, request: Any, node: int | None = None) -> None:
         await self._link(node).send_only(request)

@@ -5,6 +5,7 @@ through the proxy are tests/integration/test_proxy.py."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -15,8 +16,8 @@ from kafka.record.memory_records import MemoryRecords
 from kio.schema.errors import ErrorCode
 
 from kafscale.cluster.virtual import VirtualMapping
-from kafscale.protocol.codec import make, nested, request_class, response_class
-from kafscale.proxy.handlers import fetch, metadata, offsets
+from kafscale.protocol.codec import encode_response, make, nested, replace, request_class, response_class
+from kafscale.proxy.handlers import fetch, groups, list_offsets, metadata, offsets
 from kafscale.proxy.records import tag
 from kafscale.proxy.state import Call, Proxy
 from kafscale.proxy.topics import VirtualTopics, offsets_topic
@@ -33,7 +34,7 @@ class Scripted(Session):
         self.answer, self.sent = answer, []
         cluster.versions = {k: (0, 12) for k in range(70)}
 
-    async def send(self, request: Any, node: int | None = None, timeout: float = 60.0) -> Any:
+    async def send(self, request: Any, node: int | None = None) -> Any:
         self.sent.append(request)
         return self.answer(request)
 
@@ -186,3 +187,84 @@ async def test_a_fetch_of_any_version_keeps_its_virtual_partitions_batches(versi
         end = b.next_offset
     assert values == [b"13@2", b"x"] and end == 6  # lane 3's last batch is stepped over
     assert len(session.sent) == 1
+
+
+async def test_only_the_first_round_of_a_fetch_waits_for_data() -> None:
+    sent_waits = []
+
+    def upstream(request: Any) -> Any:
+        sent_waits.append((request.max_wait.total_seconds(), [p.partition for p in request.topics[0].partitions]))
+        cls = response_class(1, request.__version__)
+        topic_cls, part_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
+        return make(cls, throttle_time=0, error_code=0, session_id=0, responses=(make(
+            topic_cls, topic="orders", topic_id=None, partitions=tuple(make(
+                part_cls, partition_index=p.partition, error_code=0, high_watermark=0, last_stable_offset=0,
+                log_start_offset=0, aborted_transactions=(), preferred_read_replica=-1, records=None)
+                for p in request.topics[0].partitions)),))
+
+    call, _ = call_with({"topics": {"orders": {"physical_partitions": 10, "virtual_partitions": 30}}}, upstream)
+    call.proxy.cluster.leaders.update({("orders", p): 1 for p in range(10)})
+    request = replace(fetch_request(12, "orders", [(3, 0), (13, 0), (23, 0), (4, 0)]), max_wait=datetime.timedelta(
+        milliseconds=500))
+    answer = await fetch.handle(call, request)
+    assert sent_waits == [(0.5, [3, 4]), (0.001, [3]), (0.001, [3])]  # lanes 13 and 23 share physical partition 3
+    assert [p.partition_index for p in answer.responses[0].partitions] == [3, 13, 23, 4]
+    encode_response(1, answer)
+
+
+async def test_list_offsets_refuses_a_partition_beyond_v_in_an_answer_that_encodes() -> None:
+    call, session = call_with({"topics": {"orders": {"physical_partitions": 10, "virtual_partitions": 30}}},
+                              lambda r: None)
+    cls = request_class(2, 7)
+    topic_cls, part_cls = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")
+    request = make(cls, replica_id=-1, isolation_level=0, topics=(make(topic_cls, name="orders", partitions=(
+        make(part_cls, partition_index=30, current_leader_epoch=-1, timestamp=-1),)),))
+    answer = await list_offsets.handle(call, request)
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+    assert session.sent == []
+    encode_response(1, answer)
+
+
+@pytest.mark.parametrize("version", [1, 3, 4, 12])
+async def test_metadata_creates_a_missing_virtual_topic_with_its_physical_count(version: int) -> None:
+    created: list[tuple[str, int]] = []
+
+    def upstream(request: Any) -> Any:
+        if request.__api_key__ == 19:
+            created.extend((t.name, t.num_partitions) for t in request.topics)
+            return commit_answer(request)
+        assert getattr(request, "allow_auto_topic_creation", False) is False or created, "asked after creating"
+        return metadata_answer({"orders": 10} if created else {}, request.__version__)
+
+    call, _ = call_with({"topics": {"orders": {"physical_partitions": 10, "virtual_partitions": 30}}}, upstream)
+    request = metadata_request(["orders"], version)
+    if version >= 4:
+        request = replace(request, allow_auto_topic_creation=True)
+    answer = await metadata.handle(call, request)
+    assert created == [("orders", 10), (offsets_topic("orders"), 30)]
+    assert len(answer.topics[0].partitions) == 30
+    encode_response(1, answer)
+
+
+async def test_describe_groups_asks_each_groups_coordinator() -> None:
+    asked: list[tuple[int | None, list[str]]] = []
+
+    class TwoCoordinators(Scripted):
+        async def coordinator(self, group: str, key_type: int = 0) -> int:
+            return 1 if group.startswith("a") else 2
+
+        async def send(self, request: Any, node: int | None = None) -> Any:
+            asked.append((node, list(request.groups)))
+            cls = response_class(15, request.__version__)
+            described = nested(cls, "DescribedGroup")
+            return make(cls, throttle_time=0, groups=tuple(make(
+                described, error_code=0, group_id=g, group_state="Stable", protocol_type="consumer",
+                protocol_data="range", members=(), authorized_operations=-2147483648) for g in request.groups))
+
+    call, _ = call_with({}, lambda r: None)
+    call.session = TwoCoordinators(call.proxy.cluster, lambda r: None)
+    cls = request_class(15, 5)
+    answer = await groups.handle(call, make(cls, groups=("a1", "b1", "a2"), include_authorized_operations=False))
+    assert sorted(asked) == [(1, ["a1", "a2"]), (2, ["b1"])]
+    assert [g.group_id for g in answer.groups] == ["a1", "b1", "a2"]
+    encode_response(1, answer)

@@ -9,6 +9,7 @@ import struct
 from collections.abc import Callable
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -21,7 +22,9 @@ from kafscale.storage.batch import InvalidBatchError, set_base_offset
 
 Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 records_st = st.lists(st.tuples(st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=40),
-                                st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=8)), max_size=2)),
+                                st.lists(st.tuples(st.sampled_from([TAG.decode()]) | st.text(max_size=8),
+                                                   st.sampled_from([b"13", b"999", b"x"]) | st.binary(max_size=8)),
+                                         max_size=2)),
                       min_size=1, max_size=6)
 
 
@@ -50,29 +53,36 @@ def test_a_tagged_batch_keeps_every_record_and_names_its_virtual_partition(recor
     assert len(got) == len(records)
     for record, (key, value, headers) in zip(got, records, strict=True):
         assert (record.key, record.value) == (key, value)
-        assert list(record.headers) == [*headers, (TAG.decode(), str(lane).encode())]
+        # the proxy's tag first; a tag the client sent (copied from a consumed record, say) is not kept
+        theirs = [h for h in headers if h[0] != TAG.decode()]
+        assert list(record.headers) == [(TAG.decode(), str(lane).encode()), *theirs]
+
+
+P, V = 4, 12  # physical partition 0 carries lanes 0, 4 and 8
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.sampled_from([0, 1, 3])), min_size=1, max_size=12),
+@given(st.lists(st.tuples(st.sampled_from([0, 4, 8, None, 5, 99]), st.integers(1, 4), st.sampled_from([0, 1, 3])),
+                min_size=1, max_size=12),
        st.data())
 def test_a_virtual_partitions_fetch_gets_its_records_only_and_reaches_the_end(
-        log_spec: list[tuple[int, int, int]], data: st.DataObject) -> None:
-    """A physical partition holding lanes 0..3 interleaved (lane 3: untagged, written around the proxy, so it
-    counts as the physical partition's own lane 0); a client of one lane fetching from any offset."""
+        log_spec: list[tuple[int | None, int, int]], data: st.DataObject) -> None:
+    """Physical partition 0 holding its lanes 0, 4, 8 interleaved, with batches written around the proxy
+    (untagged: None) or tagged for a lane it does not carry (5, 99); both count as its first lane, 0. A client of
+    one lane fetches from any offset."""
     log, offsets, owner = bytearray(), 0, {}
     ends = []
     for i, (lane, count, codec) in enumerate(log_spec):
         values = [(None, f"{i}:{j}".encode(), []) for j in range(count)]
-        batch = bytearray(client_batch(values, codec) if lane == 3 else tag(client_batch(values, codec), lane))
+        batch = bytearray(client_batch(values, codec) if lane is None else tag(client_batch(values, codec), lane))
         set_base_offset(batch, 0, offsets)
         for j in range(count):
-            owner[offsets + j] = (0 if lane == 3 else lane, f"{i}:{j}".encode())
+            owner[offsets + j] = (lane if lane in (0, 4, 8) else 0, f"{i}:{j}".encode())
         offsets += count
         log += batch
         ends.append((len(log), offsets))
     end = offsets
-    lane = data.draw(st.integers(0, 2))
+    lane = data.draw(st.sampled_from([0, 4, 8]))
     start = data.draw(st.integers(0, end))
     # the upstream answers from the batch holding `start` on, possibly cut inside a batch by its byte limit
     first = next((pos for pos, (_, last) in zip([0] + [e for e, _ in ends], ends, strict=False) if last > start),
@@ -80,7 +90,7 @@ def test_a_virtual_partitions_fetch_gets_its_records_only_and_reaches_the_end(
     cut = data.draw(st.integers(first, len(log)))
     answer = bytes(log[first:cut])
     complete_end = max([o for e, o in ends if e <= cut and o > start] or [start])
-    filtered = keep_lane(answer, lane, 0, start, _lane_of())
+    filtered = keep_lane(answer, lane, (P, V), start, _lane_of())
     position, seen = start, []
     batches = MemoryRecords(filtered.records)
     while (batch := batches.next_batch()) is not None:
@@ -118,6 +128,18 @@ def test_tag_refuses_bytes_that_are_no_batch_with_a_clear_error(garbage: bytes) 
         tag(garbage, 1)
     except (InvalidBatchError, TagError) as e:
         assert str(e)
+
+
+def test_a_batch_that_does_not_decompress_is_refused_on_produce_and_passed_on_as_untagged() -> None:
+    good = bytearray(client_batch([(b"k", b"v" * 100, [])], codec=1))
+    assert good[22] & 0x07 == 1, "gzip"  # the low byte of the big-endian attributes
+    good[61:] = b"\x1f\x8b" + bytes(len(good) - 63)  # a gzip header, then nothing gzip can read
+    struct.pack_into(">I", good, 17, crc32c(bytes(good[21:])))  # and a CRC that says it is fine
+    with pytest.raises(TagError):
+        tag(bytes(good), 4)
+    set_base_offset(good, 0, 0)
+    kept = keep_lane(bytes(good), 0, (P, V), 0, _lane_of())
+    assert kept.kept == 1 and keep_lane(bytes(good), 4, (P, V), 0, _lane_of()).kept == 0
 
 
 def test_tag_refuses_records_that_do_not_fill_their_batch() -> None:

@@ -22,4 +22,5 @@ async def handle(call: Call, request: Any) -> Any:
         await call.session.send(replace(request, topic_names=tuple(offsets_topic(n) for n in deleted)))
         for name in deleted:
             call.proxy.topics.offsets_ready.discard(name)
+            call.proxy.cluster.partition_counts.pop(name, None)
     return answer

@@ -72,7 +72,7 @@ async def create_upstream(call: Call, topics: list[tuple[str, VirtualLayout]], o
     for result in answer.topics:
         if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
             raise UpstreamRefused(f"upstream refused to create {result.name}: {result.error_code!r} "
-                                  f"{getattr(result, 'error_message', '') or ''}")
+                                  f"{getattr(result, 'error_message', '') or ''}", ErrorCode(result.error_code))
     for name, _ in topics:
         call.proxy.topics.offsets_ready.add(name)
     for name in offsets_for:
@@ -80,4 +80,8 @@ async def create_upstream(call: Call, topics: list[tuple[str, VirtualLayout]], o
 
 
 class UpstreamRefused(Exception):
-    pass
+    """The upstream would not create a topic the proxy needs; `error_code` is its answer."""
+
+    def __init__(self, message: str, error_code: ErrorCode) -> None:
+        super().__init__(message)
+        self.error_code = error_code

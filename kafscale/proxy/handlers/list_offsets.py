@@ -28,7 +28,7 @@ async def handle(call: Call, request: Any) -> Any:
                               replace(part, partition_index=physical)))
     topic_cls = nested(type(request), "ListOffsetsTopic")
 
-    async def send(node: int, group: list[tuple[Target, Any]]) -> dict[Key, Any]:
+    async def send(node: int, group: list[tuple[Target, Any]], _first: bool) -> dict[Key, Any]:
         upstream = replace(request, topics=tuple(
             topic_cls(name=name, partitions=tuple(ps)) for name, ps in by_topic(group).items()))
         answer = await call.session.send(upstream, node)
@@ -41,7 +41,7 @@ async def handle(call: Call, request: Any) -> Any:
 
     def answer(index: int, found: Any) -> Any:
         if isinstance(found, ErrorCode):
-            return make(part_cls, partition_index=index, error_code=found, timestamp=None, offset=-1,
+            return make(part_cls, partition_index=index, error_code=found, timestamp=-1, offset=-1,
                         leader_epoch=-1, old_style_offsets=())
         return replace(found, partition_index=index)
 

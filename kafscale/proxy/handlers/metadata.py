@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.protocol.codec import nested, replace
-from kafscale.proxy.handlers.create_topics import create_upstream
+from kafscale.proxy.handlers.create_topics import UpstreamRefused, create_upstream
 from kafscale.proxy.state import Call
 from kafscale.proxy.topics import offsets_topic_of
 
@@ -27,23 +27,31 @@ async def handle(call: Call, request: Any) -> Any:
     proxy = call.proxy
     wanted = [t.name for t in request.topics] if request.topics is not None else None
     virtual_wanted = [n for n in wanted or () if n and proxy.topics.layout(n) is not None]
-    auto_create = getattr(request, "allow_auto_topic_creation", True)  # v1-v3: implied
-    upstream_request = request
-    if virtual_wanted and hasattr(request, "allow_auto_topic_creation"):
-        upstream_request = replace(request, allow_auto_topic_creation=False)
-    answer = await call.session.send(upstream_request)
-    if auto_create and virtual_wanted:
-        missing = [t.name for t in answer.topics
-                   if t.name in virtual_wanted and t.error_code == ErrorCode.unknown_topic_or_partition]
-        if missing:
-            await create_upstream(call, [(name, proxy.topics.layout(name)) for name in missing])  # type: ignore[misc]
-            answer = await call.session.send(upstream_request)
+    if virtual_wanted and getattr(request, "allow_auto_topic_creation", True):  # v1-v3: implied
+        await _create_missing(call, virtual_wanted)
+    answer = await call.session.send(request)
     proxy.cluster.learn(answer)
     cls = type(answer)
     broker = nested(cls, "MetadataResponseBroker")(node_id=proxy.node_id, host=proxy.advertised[0],
                                                    port=proxy.advertised[1], rack=None)
     topics = [_topic(call, t) for t in answer.topics if wanted is not None or offsets_topic_of(t.name or "") is None]
     return replace(answer, brokers=(broker,), controller_id=proxy.node_id, topics=tuple(topics))
+
+
+async def _create_missing(call: Call, names: list[str]) -> None:
+    """Create the virtual topics the upstream lacks, with their P partitions, before the client's request could
+    have the upstream auto-create them with its own default count. Asked with the proxy's own request, which
+    never auto-creates; a refusal leaves the topic unknown, as the client's answer then says."""
+    names = [n for n in names if n not in call.proxy.cluster.partition_counts]  # known to exist: nothing to ask
+    if not names:
+        return
+    await call.session.refresh(names)
+    missing = [n for n in names if n not in call.proxy.cluster.partition_counts]
+    if missing:
+        try:
+            await create_upstream(call, [(n, call.proxy.topics.layout(n)) for n in missing])  # type: ignore[misc]
+        except UpstreamRefused as e:
+            log.warning("%s", e)
 
 
 def _topic(call: Call, topic: Any) -> Any:

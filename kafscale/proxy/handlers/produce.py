@@ -9,6 +9,7 @@ InitProducerId refuses transactional producers.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -49,13 +50,17 @@ async def handle(call: Call, request: Any) -> Any:
                           replace(part, index=physical, records=records)))
     topic_cls = nested(type(request), "TopicProduceData")
 
-    async def send(node: int, group: list[tuple[Target, Any]]) -> dict[Key, Any]:
+    throttle = datetime.timedelta(0)
+
+    async def send(node: int, group: list[tuple[Target, Any]], _first: bool) -> dict[Key, Any]:
+        nonlocal throttle
         upstream = replace(request, topic_data=tuple(
             topic_cls(name=name, partition_data=tuple(ps)) for name, ps in by_topic(group).items()))
         if request.acks == 0:
             await call.session.send_only(upstream, node)
             return {}
         answer = await call.session.send(upstream, node)
+        throttle = max(throttle, answer.throttle_time)  # the upstream's quota: the client must back off
         return {(t.name, p.index): p for t in answer.responses for p in t.partition_responses}
 
     outcome |= await forward(call, parts, send)
@@ -71,7 +76,7 @@ async def handle(call: Call, request: Any) -> Any:
                         log_start_offset=-1, record_errors=(), error_message=messages.get(key))
         return replace(found, index=key[1])
 
-    return make(response, throttle_time=0, responses=tuple(
+    return make(response, throttle_time=throttle, responses=tuple(
         make(rtopic_cls, name=t.name, partition_responses=tuple(answer((t.name, p.index)) for p in t.partition_data))
         for t in request.topic_data))
 

@@ -38,14 +38,18 @@ def place(call: Call, topic: str, partition: int) -> int | ErrorCode:
     return partition % layout.physical
 
 
-Send = Callable[[int, list[tuple[Target, Any]]], Awaitable[dict[Key, Any]]]
+Send = Callable[[int, list[tuple[Target, Any]], bool], Awaitable[dict[Key, Any]]]
 
 
-async def forward(call: Call, parts: list[tuple[Target, Any]], send: Send) -> dict[Key, Any]:
-    """`send(leader, parts)` for each leader's parts, one physical partition at most once per call; send answers
-    {(topic, physical): upstream part}. Returns each client partition's upstream part, or its error code."""
+async def forward(call: Call, parts: list[tuple[Target, Any]], send: Send,
+                  missing: ErrorCode = ErrorCode.unknown_server_error) -> dict[Key, Any]:
+    """`send(leader, parts, first)` for each leader's parts, one physical partition at most once per call; send
+    answers {(topic, physical): upstream part}. Rounds go one after another, `first` telling the first: a later
+    round only names physical partitions the first named, so only the first may wait for data (a Fetch's
+    max_wait), or every round would wait in turn. Returns each client partition's upstream part, or its error
+    code: `missing` where the upstream's answer left the partition out."""
     out: dict[Key, Any] = {}
-    for batch in rounds((entry, entry[0].topic, entry[0].physical) for entry in parts):
+    for index, batch in enumerate(rounds((entry, entry[0].topic, entry[0].physical) for entry in parts)):
         groups: dict[int, list[tuple[Target, Any]]] = defaultdict(list)
         for (target, part), topic, physical in batch:
             node = await call.session.leader(topic, physical)
@@ -54,11 +58,10 @@ async def forward(call: Call, parts: list[tuple[Target, Any]], send: Send) -> di
             else:
                 groups[node].append((target, part))
         sent = list(groups.values())
-        answers = await asyncio.gather(*(send(node, group) for node, group in groups.items()))
+        answers = await asyncio.gather(*(send(node, group, index == 0) for node, group in groups.items()))
         for group, answer in zip(sent, answers, strict=True):
             for target, _ in group:
-                out[(target.topic, target.partition)] = answer.get((target.topic, target.physical),
-                                                                   ErrorCode.unknown_server_error)
+                out[(target.topic, target.partition)] = answer.get((target.topic, target.physical), missing)
     return out
 
 

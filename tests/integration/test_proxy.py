@@ -22,17 +22,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecords
 
 from kafscale.cluster.virtual import VirtualMapping
-from kafscale.config import BrokerConfig
 from kafscale.protocol.errors import ErrorCode
 from kafscale.proxy.server import ProxyServer
-from kafscale.storage.embedded_store import EmbeddedStore
-from kafscale.storage.local_store import LocalDirStore
-from kafscale.testing.inprocess import InProcessBroker
 from kafscale.testing.ports import free_port
 from kafscale.testing.tansu import TansuServer
 from tests.integration.conftest import FETCH, Cluster, KafkaWire, build, nested_request, unique_topic
 from tests.integration.test_broker_errors import batch, rows
-from tests.integration.virtual_workload import check_consumed, consume_as_a_group, produce_keyed, resumed
+from tests.integration.virtual_workload import (
+    check_consumed,
+    consume_as_a_group,
+    embedded_broker,
+    produce_keyed,
+    resumed,
+)
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -80,13 +82,8 @@ def _partitions(bootstrap: str, topic: str) -> int:
 
 
 def test_the_workload_through_the_proxy_in_front_of_kafscale_and_a_restart_of_both(tmp_path: Path) -> None:
-    def broker() -> InProcessBroker:
-        return InProcessBroker(BrokerConfig(shards_per_node=1, flush_interval_ms=20),
-                               meta=lambda: EmbeddedStore(tmp_path / "meta.db"),
-                               objects=lambda: LocalDirStore(tmp_path / "objects")).start()
-
     topic, group = "orders", "orders-app"
-    b = broker()
+    b = embedded_broker(tmp_path)
     try:
         with proxy(b.bootstrap, tmp_path) as bootstrap:
             _create(bootstrap, NewTopic(topic, 100))
@@ -97,7 +94,7 @@ def test_the_workload_through_the_proxy_in_front_of_kafscale_and_a_restart_of_bo
             more = produce_keyed(bootstrap, topic, 3000, 500)  # not consumed
     finally:
         b.stop()
-    b = broker()
+    b = embedded_broker(tmp_path)
     try:
         with proxy(b.bootstrap, tmp_path) as bootstrap:
             assert resumed(bootstrap, topic, group, len(more)) == more, "the committed offsets resume the rest"

@@ -24,7 +24,7 @@ from kafscale.storage.local_store import LocalDirStore
 from kafscale.testing.inprocess import InProcessBroker
 from tests.integration.conftest import Cluster, unique_topic
 from tests.integration.test_broker_errors import batch, rows
-from tests.integration.virtual_workload import check_consumed, consume_as_a_group, lag, produce_keyed
+from tests.integration.virtual_workload import check_consumed, consume_as_a_group, embedded_broker, lag, produce_keyed
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -214,13 +214,8 @@ def test_100_virtual_over_10_physical_with_six_members_of_two_clients_and_a_rest
     """The issue's workload: keyed producers, six members (confluent-kafka and kafka-python) of one group. Every
     record is consumed once, by the member owning its virtual partition, in per-key order; lag per virtual
     partition is right; committed offsets survive a broker restart; only the 10 physical partitions are stored."""
-    def broker() -> InProcessBroker:
-        return InProcessBroker(BrokerConfig(shards_per_node=1, flush_interval_ms=20),
-                               meta=lambda: EmbeddedStore(tmp_path / "meta.db"),
-                               objects=lambda: LocalDirStore(tmp_path / "objects")).start()
-
     topic, group = "orders", "orders-app"
-    b = broker()
+    b = embedded_broker(tmp_path)
     try:
         _create(b.bootstrap, NewTopic(topic, 10, config={VIRTUAL: "100"}))
         sent, members = consume_as_a_group(b.bootstrap, topic, group, 3000)
@@ -231,7 +226,7 @@ def test_100_virtual_over_10_physical_with_six_members_of_two_clients_and_a_rest
         assert lag(b.bootstrap, topic, group) == {p: expected_lag.get(p, 0) for p in range(100)}
     finally:
         b.stop()
-    b = broker()  # the same stores, a new process's view
+    b = embedded_broker(tmp_path)  # the same stores, a new process's view
     try:
         assert lag(b.bootstrap, topic, group) == {p: expected_lag.get(p, 0) for p in range(100)}
         assert {k.rsplit("/", 2)[1] for k in _stored(tmp_path, topic)} == {str(p) for p in range(10)}

@@ -6,13 +6,26 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
+from kafscale.config import BrokerConfig
+from kafscale.storage.embedded_store import EmbeddedStore
+from kafscale.storage.local_store import LocalDirStore
+from kafscale.testing.inprocess import InProcessBroker
+
 PARTITIONS = 100
+
+
+def embedded_broker(root: Path) -> InProcessBroker:
+    """A broker on embedded stores under `root`: another started on the same root is the same broker restarted."""
+    return InProcessBroker(BrokerConfig(shards_per_node=1, flush_interval_ms=20),
+                           meta=lambda: EmbeddedStore(root / "meta.db"),
+                           objects=lambda: LocalDirStore(root / "objects")).start()
 
 
 class Member:

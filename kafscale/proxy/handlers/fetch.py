@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.protocol.codec import make, nested, replace, response_class
-from kafscale.proxy.handlers.routing import Key, Target, by_topic, forward, place
+from kafscale.proxy.handlers.routing import Key, Target, by_topic, forward, split
 from kafscale.proxy.records import keep_lane
 from kafscale.proxy.state import Call
 
@@ -24,16 +24,8 @@ LATER_ROUND_WAIT = datetime.timedelta(milliseconds=1)
 
 
 async def handle(call: Call, request: Any) -> Any:
-    outcome: dict[Key, Any] = {}
-    parts: list[tuple[Target, Any]] = []
-    for topic in request.topics:
-        for part in topic.partitions:
-            physical = place(call, topic.topic, part.partition)
-            if isinstance(physical, ErrorCode):
-                outcome[(topic.topic, part.partition)] = physical
-            else:
-                parts.append((Target(topic.topic, part.partition, physical),
-                              replace(part, partition=physical)))
+    outcome, parts = split(call, ((t.topic, p.partition, p) for t in request.topics for p in t.partitions),
+                           lambda part, physical: replace(part, partition=physical))
     topic_cls = nested(type(request), "FetchTopic")
     top_error = ErrorCode.none
     throttle = datetime.timedelta(0)

@@ -9,23 +9,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.protocol.codec import make, nested, replace, response_class
-from kafscale.proxy.handlers.routing import Key, Target, by_topic, forward, place
+from kafscale.proxy.handlers.routing import Key, Target, by_topic, forward, split
 from kafscale.proxy.state import Call
 
 API_KEY, MIN_VERSION, MAX_VERSION = 2, 1, 7
 
 
 async def handle(call: Call, request: Any) -> Any:
-    outcome: dict[Key, Any] = {}
-    parts: list[tuple[Target, Any]] = []
-    for topic in request.topics:
-        for part in topic.partitions:
-            physical = place(call, topic.name, part.partition_index)
-            if isinstance(physical, ErrorCode):
-                outcome[(topic.name, part.partition_index)] = physical
-            else:
-                parts.append((Target(topic.name, part.partition_index, physical),
-                              replace(part, partition_index=physical)))
+    outcome, parts = split(call, ((t.name, p.partition_index, p) for t in request.topics for p in t.partitions),
+                           lambda part, physical: replace(part, partition_index=physical))
     topic_cls = nested(type(request), "ListOffsetsTopic")
 
     async def send(node: int, group: list[tuple[Target, Any]], _first: bool) -> dict[Key, Any]:

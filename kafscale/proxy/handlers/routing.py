@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,21 @@ def place(call: Call, topic: str, partition: int) -> int | ErrorCode:
     if not 0 <= partition < layout.virtual:
         return ErrorCode.unknown_topic_or_partition
     return partition % layout.physical
+
+
+def split(call: Call, parts: Iterable[tuple[str, int, Any]],
+          rewrite: Callable[[Any, int], Any]) -> tuple[dict[Key, Any], list[tuple[Target, Any]]]:
+    """(topic, client partition, request part) → the errors of the parts no upstream partition serves, and the
+    others with their part rewritten for the upstream partition (`rewrite(part, physical)`)."""
+    outcome: dict[Key, Any] = {}
+    targets: list[tuple[Target, Any]] = []
+    for topic, partition, part in parts:
+        physical = place(call, topic, partition)
+        if isinstance(physical, ErrorCode):
+            outcome[(topic, partition)] = physical
+        else:
+            targets.append((Target(topic, partition, physical), rewrite(part, physical)))
+    return outcome, targets
 
 
 Send = Callable[[int, list[tuple[Target, Any]], bool], Awaitable[dict[Key, Any]]]

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.ports import free_port
+from kafscale.testing.proxy import running_proxy
 from kafscale.testing.ray_cluster import RayTestCluster, wait_until
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess
@@ -35,6 +36,7 @@ from tests.cluster.clients import (
     shards_by_node,
 )
 from tests.cluster.conftest import NODES
+from tests.integration.virtual_workload import produce_keyed
 
 
 @pytest.fixture
@@ -112,6 +114,29 @@ def test_a_virtual_topic_spreads_and_moves_by_physical_partition(cluster_serve: 
     assert len({moved.topics["lanes"].partitions[v].leader for v in (1, 4, 7, 10)}) == 1, "its lanes moved together"
     assert_exactly_once(traffic, read_all(cluster_serve.bootstrap_all, "lanes", 12, traffic.ends()))
     assert {p for p, _ in traffic.acked} == set(range(12))
+
+
+def test_the_proxy_in_front_of_a_three_broker_cluster(cluster_serve: ServeProcess) -> None:
+    """The proxy sends each physical partition's requests to its own leader among three upstream brokers, and a
+    group's to its coordinator: a keyed workload over 12 virtual partitions of 3 physical ones, consumed by a group
+    of two through the proxy: every record, each at the partition and offset its producer was told, and nothing
+    else."""
+    mapping = "mapping:\n  topics:\n    proxied:\n      virtual_partitions: 12\n      physical_partitions: 3\n"
+    with running_proxy(cluster_serve.bootstrap_all.split(",")[0], mapping) as bootstrap:
+        create_topic(bootstrap, "proxied", 12)
+        upstream = AdminClient({"bootstrap.servers": cluster_serve.bootstrap_all}).list_topics("proxied", timeout=30)
+        assert len({p.leader for p in upstream.topics["proxied"].partitions.values()}) == NODES
+        members = [GroupMember(bootstrap, "proxied", "proxied-group") for _ in range(2)]
+        for m in members:
+            m.start()
+        sent = produce_keyed(bootstrap, "proxied", 0, 600)
+        assert wait_until(lambda: set().union(*(m.seen for m in members)) >= set(sent), 60), \
+            "the group did not consume every record through the proxy"
+        for m in members:
+            m.stop()
+        assert {p for p, _ in sent.values()} == set(range(12))
+        received = {(p, o) for m in members for _, p, o in m.received}
+        assert received == set(sent.values()), "a record at a place its producer was not told, or one missing"
 
 
 def test_planned_moves_of_busy_partitions_and_a_group_lose_and_duplicate_nothing(

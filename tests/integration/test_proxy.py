@@ -7,24 +7,19 @@ committed offsets resume exactly the records not yet consumed, after the broker 
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import subprocess
 import sys
-import threading
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecords
 
-from kafscale.cluster.virtual import VirtualMapping
 from kafscale.protocol.errors import ErrorCode
-from kafscale.proxy.server import ProxyServer
 from kafscale.testing.ports import free_port
+from kafscale.testing.proxy import running_proxy
 from kafscale.testing.tansu import TansuServer
 from tests.integration.conftest import FETCH, Cluster, KafkaWire, build, nested_request, unique_topic
 from tests.integration.test_broker_errors import batch, rows
@@ -51,26 +46,6 @@ mapping:
 """
 
 
-@contextmanager
-def proxy(upstream: str, tmp_path: Path) -> Iterator[str]:
-    """A proxy in front of `upstream` on a loop of its own; yields its bootstrap address."""
-    mapping_file = tmp_path / "mapping.yaml"
-    mapping_file.write_text(MAPPING)
-    host, port = upstream.rsplit(":", 1)
-    server = ProxyServer((host, int(port)), ("127.0.0.1", 0), VirtualMapping.load(mapping_file))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        asyncio.run_coroutine_threadsafe(server.start(), loop).result(20)
-        yield f"127.0.0.1:{server.port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(20)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
 def _create(bootstrap: str, topic: NewTopic) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer
     admin.create_topics([topic])[topic.topic].result(30)
@@ -85,7 +60,7 @@ def test_the_workload_through_the_proxy_in_front_of_kafscale_and_a_restart_of_bo
     topic, group = "orders", "orders-app"
     b = embedded_broker(tmp_path)
     try:
-        with proxy(b.bootstrap, tmp_path) as bootstrap:
+        with running_proxy(b.bootstrap, MAPPING) as bootstrap:
             _create(bootstrap, NewTopic(topic, 100))
             assert _partitions(bootstrap, topic) == 100
             assert _partitions(b.bootstrap, topic) == 10  # upstream: the physical partitions only
@@ -96,7 +71,7 @@ def test_the_workload_through_the_proxy_in_front_of_kafscale_and_a_restart_of_bo
         b.stop()
     b = embedded_broker(tmp_path)
     try:
-        with proxy(b.bootstrap, tmp_path) as bootstrap:
+        with running_proxy(b.bootstrap, MAPPING) as bootstrap:
             assert resumed(bootstrap, topic, group, len(more)) == more, "the committed offsets resume the rest"
     finally:
         b.stop()
@@ -105,7 +80,7 @@ def test_the_workload_through_the_proxy_in_front_of_kafscale_and_a_restart_of_bo
 def test_the_workload_through_the_proxy_in_front_of_tansu(tmp_path: Path) -> None:
     topic, group = "orders", "orders-app"
     with TansuServer(tmp_path) as tansu:
-        with proxy(tansu.bootstrap, tmp_path) as bootstrap:
+        with running_proxy(tansu.bootstrap, MAPPING) as bootstrap:
             _create(bootstrap, NewTopic(topic, 100))
             assert _partitions(bootstrap, topic) == 100
             assert _partitions(tansu.bootstrap, topic) == 10
@@ -113,7 +88,7 @@ def test_the_workload_through_the_proxy_in_front_of_tansu(tmp_path: Path) -> Non
             sent, members = consume_as_a_group(bootstrap, topic, group, 3000, session_ms=6000)
             check_consumed(sent, members)
             more = produce_keyed(bootstrap, topic, 3000, 500)
-        with proxy(tansu.bootstrap, tmp_path) as bootstrap:  # a new proxy: nothing it knew is needed
+        with running_proxy(tansu.bootstrap, MAPPING) as bootstrap:  # a new proxy: nothing it knew is needed
             assert resumed(bootstrap, topic, group, len(more)) == more
 
 
@@ -141,7 +116,8 @@ def _values(records: bytes | None, start: int) -> tuple[list[tuple[int, bytes]],
 def test_a_fetch_returns_only_its_virtual_partitions_records_and_moves_past_the_rest(broker_embedded: Cluster,
                                                                                      tmp_path: Path) -> None:
     topic = unique_topic("small")  # 20 virtual over 10: 3 and 13 share physical partition 3
-    with proxy(broker_embedded.bootstrap, tmp_path) as bootstrap, KafkaWire(int(bootstrap.rsplit(":")[1])) as wire:
+    with running_proxy(broker_embedded.bootstrap, MAPPING) as bootstrap, \
+            KafkaWire(int(bootstrap.rsplit(":")[1])) as wire:
         wire.create_topic(topic, 20)
         offsets = {}
         for lane, tag in [(3, "a"), (13, "b"), (3, "c"), (13, "d"), (13, "e")]:

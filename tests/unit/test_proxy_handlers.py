@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.cluster.virtual import VirtualMapping
 from kafscale.protocol.codec import encode_response, make, nested, replace, request_class, response_class
-from kafscale.proxy.handlers import fetch, groups, list_offsets, metadata, offsets
+from kafscale.proxy.handlers import fetch, groups, list_offsets, metadata, offsets, produce
 from kafscale.proxy.records import tag
 from kafscale.proxy.state import Call, Proxy
 from kafscale.proxy.topics import VirtualTopics, offsets_topic
@@ -268,3 +268,95 @@ async def test_describe_groups_asks_each_groups_coordinator() -> None:
     assert sorted(asked) == [(1, ["a1", "a2"]), (2, ["b1"])]
     assert [g.group_id for g in answer.groups] == ["a1", "b1", "a2"]
     encode_response(1, answer)
+
+
+layouts = st.tuples(st.integers(1, 5), st.integers(1, 4)).map(lambda pr: (pr[0], pr[0] * pr[1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(layouts, st.data())
+async def test_produce_translation_tags_each_virtual_partition_and_answers_it_with_its_physical_offsets(
+        layout: tuple[int, int], data: st.DataObject) -> None:
+    physical, virtual = layout
+    lanes = data.draw(st.lists(st.integers(0, virtual + 1), min_size=1, max_size=8, unique=True))
+    upstream_calls: list[list[tuple[int, int | None]]] = []
+    next_offset = dict.fromkeys(range(physical), 0)
+
+    def upstream(request: Any) -> Any:
+        parts = [(p.index, MemoryRecords(p.records).next_batch()) for t in request.topic_data for p in t.partition_data]
+        upstream_calls.append([(index, _tag_of(b)) for index, b in parts])
+        cls = response_class(0, request.__version__)
+        topic_cls, part_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
+        answers = []
+        for index, _ in parts:
+            answers.append(make(part_cls, index=index, error_code=0, base_offset=next_offset[index],
+                                log_append_time=None, log_start_offset=0, record_errors=(), error_message=None))
+            next_offset[index] += 1
+        return make(cls, throttle_time=0, responses=(make(topic_cls, name="orders", partition_responses=tuple(
+            answers)),))
+
+    call, _ = call_with({"topics": {"orders": {"physical_partitions": physical, "virtual_partitions": virtual}}},
+                        upstream)
+    call.proxy.cluster.leaders.update({("orders", p): 1 for p in range(physical)})
+    cls = request_class(0, 9)
+    topic_cls, part_cls = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+    request = make(cls, transactional_id=None, acks=-1, timeout=30_000, topic_data=(make(
+        topic_cls, name="orders", partition_data=tuple(make(part_cls, index=v, records=client_batch(
+            [(None, f"to {v}".encode(), [])])) for v in lanes)),))
+    answer = await produce.handle(call, request)
+    encode_response(1, answer)
+    got = {p.index: p for p in answer.responses[0].partition_responses}
+    assert sorted(got) == sorted(lanes)
+    for call_parts in upstream_calls:
+        indexes = [index for index, _ in call_parts]
+        assert len(indexes) == len(set(indexes)), "a physical partition named twice in one request"
+        assert all(tag % physical == index for index, tag in call_parts), "a batch in the wrong physical partition"
+    sent = sorted(tag for parts in upstream_calls for _, tag in parts)
+    assert sent == sorted(v for v in lanes if v < virtual), "each virtual partition's batch, tagged with it, once"
+    for v in lanes:
+        if v >= virtual:
+            assert got[v].error_code == ErrorCode.unknown_topic_or_partition
+        else:
+            assert got[v].error_code == ErrorCode.none and got[v].base_offset >= 0
+
+
+def _tag_of(batch: Any) -> int | None:
+    (record,) = list(batch)
+    key, value = record.headers[0]
+    return int(value) if key == "kafscale.vp" else None
+
+
+@settings(max_examples=40, deadline=None)
+@given(layouts, st.data())
+async def test_list_offsets_and_commit_translations_name_the_right_upstream_partition(
+        layout: tuple[int, int], data: st.DataObject) -> None:
+    physical, virtual = layout
+    lanes = data.draw(st.lists(st.integers(0, virtual - 1), min_size=1, max_size=6, unique=True))
+    asked: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        if request.__api_key__ != 2:
+            return commit_answer(request)
+        asked.extend(p.partition_index for t in request.topics for p in t.partitions)
+        cls = response_class(2, request.__version__)
+        topic_cls, part_cls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")
+        return make(cls, throttle_time=0, topics=(make(topic_cls, name="orders", partitions=tuple(
+            make(part_cls, partition_index=p.partition_index, error_code=0, timestamp=-1,
+                 offset=1000 + p.partition_index, leader_epoch=0) for p in request.topics[0].partitions)),))
+
+    call, session = call_with({"topics": {"orders": {"physical_partitions": physical, "virtual_partitions": virtual}}},
+                              upstream)
+    call.proxy.cluster.leaders.update({("orders", p): 1 for p in range(physical)})
+    cls = request_class(2, 7)
+    topic_cls, part_cls = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")
+    answer = await list_offsets.handle(call, make(cls, replica_id=-1, isolation_level=0, topics=(make(
+        topic_cls, name="orders", partitions=tuple(make(part_cls, partition_index=v, current_leader_epoch=-1,
+                                                        timestamp=-1) for v in lanes)),)))
+    assert sorted(asked) == sorted(v % physical for v in lanes)
+    assert {p.partition_index: p.offset for p in answer.topics[0].partitions} == {
+        v: 1000 + v % physical for v in lanes}, "a virtual partition's offsets are its physical partition's"
+    committed = await offsets.handle(call, commit_request("orders", lanes))
+    (sent,) = [r for r in session.sent if r.__api_key__ == 8]
+    assert [(t.name, sorted(p.partition_index for p in t.partitions)) for t in sent.topics] == [
+        (offsets_topic("orders"), sorted(lanes))], "each virtual partition's commit in its own companion partition"
+    assert sorted(p.partition_index for p in committed.topics[0].partitions) == sorted(lanes)

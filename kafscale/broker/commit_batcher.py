@@ -10,9 +10,12 @@ combined transaction's compares fail, one of the owners was fenced: each commit 
 on its own, so that only the fenced one is refused.
 
 The lanes of one pack (kafscale.broker.packer) learn that their segments are stored at the same moment, and
-their commits follow within a few loop turns. The packer announces them (`expect`), and the next transaction
-waits for all of them, for at most GATHER_S: one transaction per pack, as a plain partition has one per
-segment. A lane that cannot commit yet (its earlier segment still uploading) costs the others that wait.
+their commits follow within a few loop turns. The packer announces them (`expect`: the pack and its lanes), and
+the next transaction waits until each lane announced before it began has a commit queued, for at most GATHER_S
+from when it began: one transaction per pack, as a plain partition has one per segment. A lane with a commit
+queued already (for its previous pack) counts as arrived, since its next one cannot come before that is sent;
+packs announced during the wait are the next transaction's business, so a stream of announcements never holds
+a transaction longer than GATHER_S.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, MetadataStore, Op
@@ -33,6 +36,7 @@ GATHER_S = 0.02  # how long a transaction waits for the announced commits of a p
 class _Commit:
     compares: Sequence[Compare]
     ops: Sequence[Op]
+    owner: Hashable | None = None  # who commits (a lane: its topic and partition), for the announced packs
     done: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     @property
@@ -46,60 +50,78 @@ class CommitBatcher:
         self._queue: deque[_Commit] = deque()
         self._drainer: asyncio.Task[None] | None = None
         self.transactions = 0  # metadata transactions sent, for tests and metrics
-        self._expected: dict[str, tuple[int, float]] = {}  # pack -> (commits still to come, give up at)
+        self._expected: dict[str, set[Hashable]] = {}  # pack -> its lanes whose commit has not come yet
         self._arrived = asyncio.Event()
 
-    def expect(self, group: str, count: int) -> None:
-        """`count` commits naming `group` are about to arrive: hold the next transaction for them."""
-        self._expected[group] = (count, time.monotonic() + GATHER_S)
+    def expect(self, group: str, owners: Iterable[Hashable]) -> None:
+        """The commits of `owners` naming `group` are about to arrive: hold the next transaction for them."""
+        waiting = set(owners)
+        if len(waiting) > 1:  # one alone has nobody to share with
+            self._expected[group] = waiting
 
-    async def commit(self, compares: Sequence[Compare], ops: Sequence[Op], groups: Sequence[str] = ()) -> bool:
+    async def commit(self, compares: Sequence[Compare], ops: Sequence[Op], groups: Sequence[str] = (),
+                     owner: Hashable | None = None) -> bool:
         """Apply ops if every compare holds; False if one does not (the caller is fenced). Store errors are
         raised: the commit may or may not have been applied, as with a direct transaction. `groups`: the
-        announced groups (packs) this commit belongs to."""
-        request = _Commit(compares, ops)
+        announced groups (packs) this commit of `owner` belongs to."""
+        request = _Commit(compares, ops, owner)
         self._queue.append(request)
         for group in groups:
-            left, until = self._expected.pop(group, (0, 0.0))
-            if left > 1:
-                self._expected[group] = (left - 1, until)
+            waiting = self._expected.get(group)
+            if waiting is not None:
+                waiting.discard(owner)
+                if not waiting:
+                    del self._expected[group]
         self._arrived.set()
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.get_running_loop().create_task(self._drain())
         return await asyncio.shield(request.done)
 
     async def _gathered(self) -> None:
-        """Wait until every announced commit has arrived or waited long enough."""
-        while self._expected:
-            now = time.monotonic()
-            for group in [g for g, (_, until) in self._expected.items() if until <= now]:
-                del self._expected[group]
-            if not self._expected:
-                return
-            self._arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), min(u for _, u in self._expected.values()) - now)
+        """Wait, for at most GATHER_S, until every lane of the packs announced so far has a commit queued."""
+        considered = list(self._expected)
+        until = time.monotonic() + GATHER_S
+        try:
+            while True:
+                queued = {r.owner for r in self._queue}
+                if all(self._expected.get(g, set()) <= queued for g in considered):
+                    return
+                self._arrived.clear()
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), left)
+        finally:
+            for group in considered:  # waited for once: a lane that never came does not hold the next one
+                self._expected.pop(group, None)
 
     async def _drain(self) -> None:
         while self._queue:
             await self._gathered()
-            batch, size = [], 0
-            while self._queue and (not batch or size + self._queue[0].size <= MAX_TXN_OPS):
-                size += self._queue[0].size
-                batch.append(self._queue.popleft())
-            try:
-                if await self._send([c for r in batch for c in r.compares], [o for r in batch for o in r.ops]):
-                    _settle(batch, True)
-                elif len(batch) == 1:
-                    _settle(batch, False)
-                else:  # somebody in the batch is fenced: find out who, one by one
-                    for request in batch:
-                        try:
-                            _settle([request], await self._send(request.compares, request.ops))
-                        except Exception as e:
-                            _fail([request], e)
-            except Exception as e:
-                _fail(batch, e)
+            ready = list(self._queue)  # gathered once, then sent in chunks back to back
+            self._queue.clear()
+            while ready:
+                batch, size = [], 0
+                while ready and (not batch or size + ready[0].size <= MAX_TXN_OPS):
+                    size += ready[0].size
+                    batch.append(ready.pop(0))
+                await self._send_batch(batch)
+
+    async def _send_batch(self, batch: list[_Commit]) -> None:
+        try:
+            if await self._send([c for r in batch for c in r.compares], [o for r in batch for o in r.ops]):
+                _settle(batch, True)
+            elif len(batch) == 1:
+                _settle(batch, False)
+            else:  # somebody in the batch is fenced: find out who, one by one
+                for request in batch:
+                    try:
+                        _settle([request], await self._send(request.compares, request.ops))
+                    except Exception as e:
+                        _fail([request], e)
+        except Exception as e:
+            _fail(batch, e)
 
     async def _send(self, compares: Sequence[Compare], ops: Sequence[Op]) -> bool:
         self.transactions += 1

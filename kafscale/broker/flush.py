@@ -202,7 +202,7 @@ async def _commit_locked(owner: PartitionOwner, ready: list[tuple[Pending, Uploa
     try:
         if owner.committer is not None:
             packs = [uploaded.packed.pack for _, uploaded in ready if uploaded.packed is not None]
-            succeeded = await owner.committer.commit(guard, ops, packs)
+            succeeded = await owner.committer.commit(guard, ops, packs, (owner.topic, owner.partition))
         else:
             succeeded = (await owner.meta.txn(guard, ops)).succeeded
     except Exception:

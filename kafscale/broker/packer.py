@@ -47,12 +47,12 @@ class PackPlace:
 class Packer:
     def __init__(self, objects: AsyncObjectStore, namespace: str, topic: str, physical: int, lanes: list[int],
                  layout: tuple[int, int], window_s: float,
-                 announce: Callable[[str, int], None] | None = None) -> None:
+                 announce: Callable[[str, list[tuple[str, int]]], None] | None = None) -> None:
         self.objects, self.namespace, self.topic, self.physical = objects, namespace, topic, physical
         self.lanes = lanes  # the virtual partitions of this physical partition
         self.layout = layout  # the topic's (physical, virtual) partition counts, recorded in every pack
         self.window_s = window_s
-        self.announce = announce  # (pack, lanes) before the lanes learn where their segments went
+        self.announce = announce  # (pack, its lanes as (topic, partition)) before they learn where their segments went
         self.packs = 0  # packs stored, for tests and the bench
         self._waiting: dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]] = {}
         self._closed: asyncio.Future[None] | None = None  # resolves when the open window closes
@@ -95,7 +95,8 @@ class Packer:
                 raise ObjectStoreError(f"{key} exists, yet its name is new")
             self.packs += 1
             if self.announce is not None:
-                self.announce(name, sum(not placed.done() for _, _, placed in waiting.values()))
+                self.announce(name, [(self.topic, lane) for lane, (_, _, placed) in waiting.items()
+                                     if not placed.done()])
             for p in pack.lanes:
                 _, _, placed = waiting[p.lane]
                 if not placed.done():

@@ -225,7 +225,19 @@ def keep_lane(records: Buffer, lane: int, layout: tuple[int, int], fetch_offset:
     while pos + HEADER_SIZE <= end:
         base, length, _, magic, crc, attributes, delta, *_, count = _HEADER.unpack_from(view, pos)
         size = length + LOG_OVERHEAD
-        if magic != MAGIC_V2 or length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+        if pos + size > end or length < 0:
+            break
+        if magic != MAGIC_V2:  # an old-format message (v0/v1), written long before any proxy: untagged data
+            if lane == physical:
+                out += view[pos : pos + size]
+                kept += 1
+                kept_until = max(kept_until, base + 1)
+            else:
+                dropped += 1
+            reached = max(reached, base + 1)  # its offset field is its last offset
+            pos += size
+            continue
+        if length < HEADER_SIZE - LOG_OVERHEAD:
             break
         batch = view[pos : pos + size]
         owner = lane_of(batch, base, crc, attributes, count)

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafscale.protocol.codec import decode_response, encode_request, make, nested, request_class
 
 log = logging.getLogger(__name__)
@@ -70,8 +72,15 @@ class Link:
             correlation_id = next(self._ids) & 0x7FFFFFFF
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             connection.pending[correlation_id] = (request.__api_key__, request.__version__, future)
-            connection.writer.write(encode_request(request, correlation_id, self.client_id))
-            await connection.writer.drain()
+            try:
+                connection.writer.write(encode_request(request, correlation_id, self.client_id))
+                await connection.writer.drain()
+            except (OSError, asyncio.CancelledError) as e:
+                connection.pending.pop(correlation_id, None)
+                future.cancel()
+                if isinstance(e, asyncio.CancelledError):
+                    raise
+                raise UpstreamError(f"cannot send to upstream {self.host}:{self.port}: {e}") from None
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
@@ -82,8 +91,11 @@ class Link:
         """Send a request the upstream does not answer (a Produce with acks=0)."""
         async with self._lock:
             connection = await self._connected()
-            connection.writer.write(encode_request(request, next(self._ids) & 0x7FFFFFFF, self.client_id))
-            await connection.writer.drain()
+            try:
+                connection.writer.write(encode_request(request, next(self._ids) & 0x7FFFFFFF, self.client_id))
+                await connection.writer.drain()
+            except OSError as e:
+                raise UpstreamError(f"cannot send to upstream {self.host}:{self.port}: {e}") from None
 
     async def _connected(self) -> _Connection:
         if self._connection is not None and not self._connection.writer.is_closing():
@@ -158,10 +170,13 @@ class Cluster:
         return max(lo, min(hi, preferred))
 
     def learn(self, metadata: Any) -> None:
-        """Take in a Metadata answer: brokers, partition counts and leaders."""
-        for broker in metadata.brokers:
-            self.brokers[broker.node_id] = (broker.host, broker.port)
+        """Take in a Metadata answer: brokers (all of them: one gone is forgotten), partition counts and leaders
+        (a topic the upstream does not know any more is forgotten)."""
+        if metadata.brokers:
+            self.brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
         for topic in metadata.topics:
+            if topic.error_code == ErrorCode.unknown_topic_or_partition and topic.name is not None:
+                self.partition_counts.pop(topic.name, None)
             if topic.error_code != 0 or topic.name is None:
                 continue
             self.partition_counts[topic.name] = len(topic.partitions)
@@ -203,15 +218,17 @@ class Session:
             self.cluster.versions = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
         return self.cluster.versions
 
-    async def refresh(self, topics: Iterable[str]) -> None:
-        """Ask the upstream for these topics' metadata (no auto-creation)."""
+    async def refresh(self, topics: Iterable[str], version: int = METADATA_VERSION) -> Any:
+        """Ask the upstream for these topics' metadata (never auto-creating them); its answer."""
         await self.versions()
-        cls = request_class(3, self.cluster.version(3, METADATA_VERSION))
+        cls = request_class(3, self.cluster.version(3, version))
         topic_cls = nested(cls, "MetadataRequestTopic")
         request = make(cls, topics=tuple(make(topic_cls, name=t, topic_id=None) for t in topics),
                        allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
                        include_topic_authorized_operations=False)
-        self.cluster.learn(await self.send(request))
+        answer = await self.send(request)
+        self.cluster.learn(answer)
+        return answer
 
     async def leader(self, topic: str, partition: int) -> int | None:
         """The node leading an upstream partition, asking upstream if it is not known."""

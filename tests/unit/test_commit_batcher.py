@@ -98,11 +98,11 @@ async def test_a_packs_announced_commits_share_one_transaction_though_they_arriv
     async def lanes_commit(announce: bool) -> int:
         batcher = CommitBatcher(store)
         if announce:
-            batcher.expect("pack-a", 10)
+            batcher.expect("pack-a", [("t", i) for i in range(10)])
         commits = []
         for i in range(10):  # each lane reaches its commit a few loop turns after the previous one
             commits.append(asyncio.ensure_future(
-                batcher.commit(guard(i, revisions[i]), [Put(f"state/{i}", {"n": i})], ["pack-a"])))
+                batcher.commit(guard(i, revisions[i]), [Put(f"state/{i}", {"n": i})], ["pack-a"], ("t", i))))
             for _ in range(3):
                 await asyncio.sleep(0)
         assert await asyncio.gather(*commits) == [True] * 10
@@ -116,12 +116,60 @@ async def test_an_announced_commit_that_never_comes_holds_the_others_only_briefl
     from kafscale.broker.commit_batcher import GATHER_S
 
     batcher = CommitBatcher(store)
-    batcher.expect("pack-b", 3)  # the third lane cannot commit yet (its earlier segment is still uploading)
+    batcher.expect("pack-b", [("t", 0), ("t", 1), ("t", 2)])  # lane 2 cannot commit yet (an earlier upload)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    assert await asyncio.gather(batcher.commit([], [Put("s/0", 0)], ["pack-b"]),
-                                batcher.commit([], [Put("s/1", 1)], ["pack-b"])) == [True, True]
+    assert await asyncio.gather(batcher.commit([], [Put("s/0", 0)], ["pack-b"], ("t", 0)),
+                                batcher.commit([], [Put("s/1", 1)], ["pack-b"], ("t", 1))) == [True, True]
     assert batcher.transactions == 1
     assert loop.time() - started < GATHER_S + 0.5
-    assert await batcher.commit([], [Put("s/2", 2)], ["pack-b"])  # late: it goes on its own, unheld
+    assert await batcher.commit([], [Put("s/2", 2)], ["pack-b"], ("t", 2))  # late: it goes on its own, unheld
     assert batcher.transactions == 2
+
+
+async def test_announcements_during_a_hold_do_not_prolong_it(store: EmbeddedStore) -> None:
+    """Packs announced while a transaction waits are the next one's business: a plain commit waits about
+    GATHER_S at most, however many packs with a lane that never comes are announced meanwhile."""
+    from kafscale.broker.commit_batcher import GATHER_S
+
+    batcher = CommitBatcher(store)
+    batcher.expect("pack-0", [("t", 0), ("t", 99)])
+    stop = asyncio.Event()
+
+    async def announce() -> None:
+        n = 1
+        while not stop.is_set():
+            batcher.expect(f"pack-{n}", [("t", n), ("t", 99)])  # lane 99 never commits
+            n += 1
+            await asyncio.sleep(GATHER_S / 4)
+
+    announcer = asyncio.ensure_future(announce())
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await batcher.commit([], [Put("plain", 1)], (), ("u", 0))
+    held = loop.time() - started
+    stop.set()
+    await announcer
+    assert held < GATHER_S * 3, f"a plain commit was held {held:.3f} s"
+
+
+async def test_a_lane_with_a_commit_queued_already_is_not_waited_for(store: EmbeddedStore) -> None:
+    """Lane 1's commit of its previous pack is queued (behind one in flight): its next pack's commit cannot come
+    before that is sent, so the next transaction does not wait for it."""
+    from kafscale.broker.commit_batcher import GATHER_S
+
+    meta = FlakyMeta(store)
+    batcher = CommitBatcher(meta)
+    meta.gate.clear()
+    first = asyncio.ensure_future(batcher.commit([], [Put("first", 1)]))
+    await asyncio.sleep(0.05)
+    previous = asyncio.ensure_future(batcher.commit([], [Put("lane1-a", 1)], ["pack-a"], ("t", 1)))
+    await asyncio.sleep(0)
+    batcher.expect("pack-b", [("t", 0), ("t", 1)])
+    other = asyncio.ensure_future(batcher.commit([], [Put("lane0-b", 1)], ["pack-b"], ("t", 0)))
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    meta.gate.set()
+    assert await first and await previous and await other
+    assert loop.time() - started < GATHER_S, "held for a lane whose commit was queued already"

@@ -41,13 +41,13 @@ class FailingOnce(LocalDirStore):
 async def test_lanes_sealing_together_share_one_pack_and_each_reads_back_its_own(tmp_path: Path) -> None:
     store = LocalDirStore(tmp_path)
     objects = AsyncObjectStore(store)
-    announced: list[tuple[str, int]] = []
+    announced: list[tuple[str, list[tuple[str, int]]]] = []
     packer = Packer(objects, "ns", "t", 1, [1, 4, 7], (3, 9), window_s=0.05,
                     announce=lambda pack, lanes: announced.append((pack, lanes)))
     built = {1: _segment(0, b"one"), 4: _segment(9, b"four"), 7: _segment(3, b"seven")}
     places = await asyncio.gather(*(packer.upload(lane, 2, b) for lane, b in built.items()))
     assert packer.packs == 1 and len({p.pack for p in places}) == 1
-    assert announced == [(places[0].pack, 3)]  # the lanes' commits, announced to the shard's batcher
+    assert announced == [(places[0].pack, [("t", 1), ("t", 4), ("t", 7)])]  # the lanes, to the shard's batcher
     key = object_keys.pack_key("ns", "t", places[0].pack)
     assert key.startswith("ns/t/1/pack-") and key.endswith(".kfp")
     data = store.get(key)

@@ -184,3 +184,24 @@ async def test_an_upstream_producer_id_per_client_producer_and_virtual_partition
     assert await ids.upstream(7, 0, "t", 11) == (101, 0)
     await ids.upstream(8, 0, "t", 1)  # a fourth pair: the least recently used, (7, 0, t, 1), is forgotten
     assert await ids.upstream(7, 0, "t", 1) == (104, 0)
+
+
+def test_old_format_messages_belong_to_the_physical_partitions_first_lane_and_are_stepped_over() -> None:
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    old = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    old.append(0, timestamp=1, key=None, value=b"from long ago")
+    legacy = bytearray(old.build())
+    newer = bytearray(tag(client_batch([(None, b"lane 4", [])]), 4))
+    set_base_offset(newer, 0, 1)
+    records = bytes(legacy + newer)
+    for lane, values in [(0, [b"from long ago"]), (4, [b"lane 4"]), (8, [])]:
+        kept = keep_lane(records, lane, (P, V), 0, _lane_of())
+        batches, got, position = MemoryRecords(kept.records), [], 0
+        while (batch := batches.next_batch()) is not None:
+            records_in = list(batch)
+            if not getattr(batch, "is_control_batch", False):
+                got += [r.value for r in records_in]
+            # a legacy message ends at its offset; a v2 batch at its next offset
+            position = max(position, getattr(batch, "next_offset", None) or records_in[-1].offset + 1)
+        assert got == values and position == 2, lane

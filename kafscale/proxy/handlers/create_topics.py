@@ -4,6 +4,7 @@ decides its layout."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -15,6 +16,7 @@ from kafscale.proxy.topics import MAX_TOPIC_NAME, offsets_topic
 from kafscale.proxy.upstream import CREATE_TOPICS_VERSION
 
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 2, 7
+log = logging.getLogger(__name__)
 
 
 async def handle(call: Call, request: Any) -> Any:
@@ -34,7 +36,10 @@ async def handle(call: Call, request: Any) -> Any:
     answer = await call.session.send(replace(request, topics=tuple(topics)))
     created = [t.name for t in answer.topics if t.error_code == 0 and call.proxy.topics.layout(t.name) is not None]
     if created and not request.validate_only:
-        await create_upstream(call, [], offsets_for=created)
+        try:
+            await create_upstream(call, [], offsets_for=created)
+        except UpstreamRefused as e:  # the topics are there; the companions are tried again at the first commit
+            log.warning("%s", e)
     result_cls = nested(type(answer), "CreatableTopicResult")
     results = [_virtual_result(call, t) for t in answer.topics]
     results += [make(result_cls, name=name, topic_id=None, error_code=ErrorCode.invalid_partitions,

@@ -6,6 +6,7 @@ answers joined; ListGroups asks every upstream broker, as the proxy is the only 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from typing import Any
 
@@ -19,6 +20,7 @@ VERSIONS = {11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 
 LIST_GROUPS = 16
 DESCRIBE_GROUPS = 15
 _MOVED = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)
+log = logging.getLogger(__name__)
 
 
 async def handle(call: Call, request: Any) -> Any:
@@ -74,7 +76,13 @@ async def _describe(call: Call, request: Any) -> Any:
 
 async def _list(call: Call, request: Any) -> Any:
     nodes: list[int | None] = list(call.proxy.cluster.brokers) or [None]
-    answers = await asyncio.gather(*(call.session.send(request, node) for node in nodes))
+    replies = await asyncio.gather(*(call.session.send(request, node) for node in nodes), return_exceptions=True)
+    answers = [r for r in replies if not isinstance(r, BaseException)]
+    if not answers:  # nobody answered: as if the upstream could not be reached
+        raise next(r for r in replies if isinstance(r, BaseException))
+    if len(answers) < len(replies):
+        log.warning("ListGroups: %d of %d upstream brokers did not answer; the list is partial",
+                    len(replies) - len(answers), len(replies))
     groups = {g.group_id: g for answer in answers for g in answer.groups}
     error = next((a.error_code for a in answers if a.error_code != ErrorCode.none), ErrorCode.none)
     return replace(answers[0], error_code=error, groups=tuple(groups.values()))

@@ -161,8 +161,8 @@ class ReadPath:
         it; at least one batch even when it exceeds max_bytes. Every batch's CRC is checked and its
         offsets must follow on from the index entry (the batch CRC does not cover the base offset)."""
         index = await self.index(meta)
-        at = self._stored(meta)
-        key = at.key
+        stored = self._stored(meta)
+        key = stored.key
         entry = index.entry_for(offset)
         pos, expected = entry.position, entry.offset
         end = meta.size - SEGMENT_FOOTER_SIZE
@@ -170,7 +170,7 @@ class ReadPath:
         out = bytearray()
         while pos < end:
             length = min(want, end - pos)
-            chunk = memoryview(await self.owner.objects.get_range(key, at.start + pos, length))
+            chunk = memoryview(await self.owner.objects.get_range(key, stored.start + pos, length))
             if len(chunk) != length or length < LOG_OVERHEAD:
                 raise CorruptSegmentError(f"segment shorter than committed: {len(chunk)} bytes at {pos}",
                                           key=key, position=pos)

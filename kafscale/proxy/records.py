@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -208,13 +207,13 @@ def _first_tag(plain: bytes) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def keep_lane(records: Buffer, lane: int, layout: tuple[int, int], fetch_offset: int,
-              lane_of: Callable[[memoryview, int, int, int, int], int | None]) -> Filtered:
-    """The batches of `records` (an upstream Fetch answer's, of lane's physical partition in a topic of
-    `layout` = (P, V)) that belong to `lane`, with control batches and empty ones. Untagged batches, and batches
-    whose tag names no lane of this physical partition, belong to its first lane (the one of its index). If the
-    answer reaches past what is kept, a skip batch ends it, spanning the rest. A trailing partial batch (a Fetch
-    cut at its byte limit) is left out, as clients leave it."""
+def keep_lane(records: Buffer, topic: str, lane: int, layout: tuple[int, int], fetch_offset: int,
+              lanes: Lanes) -> Filtered:
+    """The batches of `records` (an upstream Fetch answer's, of lane's physical partition of `topic`, a topic of
+    `layout` = (P, V)) that belong to `lane`, with control batches and empty ones; `lanes` knows each batch's
+    lane. Untagged batches, and batches whose tag names no lane of this physical partition, belong to its first
+    lane (the one of its index). If the answer reaches past what is kept, a skip batch ends it, spanning the
+    rest. A trailing partial batch (a Fetch cut at its byte limit) is left out, as clients leave it."""
     physical_count, virtual_count = layout
     physical = lane % physical_count
     view = memoryview(records)
@@ -240,7 +239,7 @@ def keep_lane(records: Buffer, lane: int, layout: tuple[int, int], fetch_offset:
         if length < HEADER_SIZE - LOG_OVERHEAD:
             break
         batch = view[pos : pos + size]
-        owner = lane_of(batch, base, crc, attributes, count)
+        owner = lanes.of(topic, physical, batch, base, crc, attributes, count)
         data = count > 0 and not attributes & CONTROL_BIT
         if data and (owner is None or not 0 <= owner < virtual_count or owner % physical_count != physical):
             owner = physical

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable
 
 import pytest
 from crc32c import crc32c
@@ -90,7 +89,7 @@ def test_a_virtual_partitions_fetch_gets_its_records_only_and_reaches_the_end(
     cut = data.draw(st.integers(first, len(log)))
     answer = bytes(log[first:cut])
     complete_end = max([o for e, o in ends if e <= cut and o > start] or [start])
-    filtered = keep_lane(answer, lane, (P, V), start, _lane_of())
+    filtered = keep_lane(answer, "t", lane, (P, V), start, Lanes())
     position, seen = start, []
     batches = MemoryRecords(filtered.records)
     while (batch := batches.next_batch()) is not None:
@@ -103,14 +102,6 @@ def test_a_virtual_partitions_fetch_gets_its_records_only_and_reaches_the_end(
     assert seen == expected
     assert position == complete_end, "the client moves past everything fetched, its own or not"
 
-
-def _lane_of() -> Callable[[memoryview, int, int, int, int], int | None]:
-    lanes = Lanes()
-
-    def lane_of(batch: memoryview, base: int, crc: int, attributes: int, count: int) -> int | None:
-        return lanes.of("t", 0, batch, base, crc, attributes, count)
-
-    return lane_of
 
 
 def test_the_skip_batch_is_a_commit_marker_every_client_steps_over() -> None:
@@ -138,8 +129,8 @@ def test_a_batch_that_does_not_decompress_is_refused_on_produce_and_passed_on_as
     with pytest.raises(TagError):
         tag(bytes(good), 4)
     set_base_offset(good, 0, 0)
-    kept = keep_lane(bytes(good), 0, (P, V), 0, _lane_of())
-    assert kept.kept == 1 and keep_lane(bytes(good), 4, (P, V), 0, _lane_of()).kept == 0
+    kept = keep_lane(bytes(good), "t", 0, (P, V), 0, Lanes())
+    assert kept.kept == 1 and keep_lane(bytes(good), "t", 4, (P, V), 0, Lanes()).kept == 0
 
 
 def test_tag_refuses_records_that_do_not_fill_their_batch() -> None:
@@ -196,7 +187,7 @@ def test_old_format_messages_belong_to_the_physical_partitions_first_lane_and_ar
     set_base_offset(newer, 0, 1)
     records = bytes(legacy + newer)
     for lane, values in [(0, [b"from long ago"]), (4, [b"lane 4"]), (8, [])]:
-        kept = keep_lane(records, lane, (P, V), 0, _lane_of())
+        kept = keep_lane(records, "t", lane, (P, V), 0, Lanes())
         batches, got, position = MemoryRecords(kept.records), [], 0
         while (batch := batches.next_batch()) is not None:
             records_in = list(batch)

@@ -9,7 +9,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.cluster.virtual import VirtualLayout
 from kafscale.protocol.codec import make, nested, replace, request_class
 from kafscale.proxy.state import Call
 from kafscale.proxy.topics import MAX_TOPIC_NAME, offsets_topic
@@ -37,7 +36,7 @@ async def handle(call: Call, request: Any) -> Any:
     created = [t.name for t in answer.topics if t.error_code == 0 and call.proxy.topics.layout(t.name) is not None]
     if created and not request.validate_only:
         try:
-            await create_upstream(call, [], offsets_for=created)
+            await create_upstream(call, created, companions_only=True)
         except UpstreamRefused as e:  # the topics are there; the companions are tried again at the first commit
             log.warning("%s", e)
     result_cls = nested(type(answer), "CreatableTopicResult")
@@ -55,15 +54,15 @@ def _virtual_result(call: Call, result: Any) -> Any:
     return replace(result, num_partitions=layout.virtual)
 
 
-async def create_upstream(call: Call, topics: list[tuple[str, VirtualLayout]], offsets_for: list[str] = ()) -> None:
-    """Create virtual topics upstream (P partitions each) and their committed-offsets topics (V); a topic that
-    exists already is fine."""
-    wanted = [(name, layout.physical) for name, layout in topics]
-    for name, layout in topics:
-        wanted.append((offsets_topic(name), layout.virtual))
-    for name in offsets_for:
+async def create_upstream(call: Call, names: list[str], *, companions_only: bool = False) -> None:
+    """Create virtual topics upstream (P partitions each) with their committed-offsets topics (V), or only the
+    companions of topics that exist; a topic that exists already is fine."""
+    wanted = []
+    for name in names:
         layout = call.proxy.topics.layout(name)
-        assert layout is not None
+        assert layout is not None, name
+        if not companions_only:
+            wanted.append((name, layout.physical))
         wanted.append((offsets_topic(name), layout.virtual))
     if not wanted:
         return
@@ -78,10 +77,7 @@ async def create_upstream(call: Call, topics: list[tuple[str, VirtualLayout]], o
         if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
             raise UpstreamRefused(f"upstream refused to create {result.name}: {result.error_code!r} "
                                   f"{getattr(result, 'error_message', '') or ''}", ErrorCode(result.error_code))
-    for name, _ in topics:
-        call.proxy.topics.offsets_ready.add(name)
-    for name in offsets_for:
-        call.proxy.topics.offsets_ready.add(name)
+    call.proxy.topics.offsets_ready.update(names)
 
 
 class UpstreamRefused(Exception):

@@ -59,9 +59,8 @@ async def handle(call: Call, request: Any) -> Any:
             # null records (as Tansu sends for nothing) are empty ones to clients: librdkafka refuses a null
             return replace(found, partition_index=part.partition, preferred_read_replica=-1,
                            records=found.records or b"")
-        physical = part.partition % layout.physical
-        kept = keep_lane(found.records, part.partition, (layout.physical, layout.virtual), part.fetch_offset,
-                         _lanes(call, topic, physical))
+        kept = keep_lane(found.records, topic, part.partition, (layout.physical, layout.virtual), part.fetch_offset,
+                         call.proxy.lanes)
         call.proxy.metrics.batches_kept.inc(kept.kept)
         call.proxy.metrics.batches_dropped.inc(kept.dropped)
         return replace(found, partition_index=part.partition, records=kept.records, preferred_read_replica=-1)
@@ -70,11 +69,3 @@ async def handle(call: Call, request: Any) -> Any:
         make(rtopic_cls, topic=t.topic, partitions=tuple(answer(t.topic, p) for p in t.partitions))
         for t in request.topics))
 
-
-def _lanes(call: Call, topic: str, physical: int) -> Any:
-    lanes = call.proxy.lanes
-
-    def lane_of(batch: memoryview, base: int, crc: int, attributes: int, count: int) -> int | None:
-        return lanes.of(topic, physical, batch, base, crc, attributes, count)
-
-    return lane_of

@@ -52,7 +52,7 @@ async def _with_virtual(call: Call, request: Any, virtual: list[str]) -> Any:
     missing = [n for n in virtual if n not in there]
     if missing and getattr(request, "allow_auto_topic_creation", True):  # v1-v3: implied
         try:
-            await create_upstream(call, [(n, call.proxy.topics.layout(n)) for n in missing])  # type: ignore[misc]
+            await create_upstream(call, missing)
         except UpstreamRefused as e:
             log.warning("%s", e)
         own = await call.session.refresh(virtual, version)

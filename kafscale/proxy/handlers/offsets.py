@@ -30,7 +30,7 @@ async def _companions(call: Call, names: list[str]) -> dict[str, ErrorCode]:
     refused = {}
     for name in [n for n in names if n not in call.proxy.topics.offsets_ready]:
         try:
-            await create_upstream(call, [], offsets_for=[name])
+            await create_upstream(call, [name], companions_only=True)
         except UpstreamRefused as e:
             log.warning("%s: commits of %s are refused", e, name)
             refused[name] = e.error_code

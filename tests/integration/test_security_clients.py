@@ -111,6 +111,7 @@ def kafka_python(bootstrap: str, mode: Mode, pki: Pki) -> list[bytes]:
     producer.flush(30)
     producer.close()
     consumer = KafkaConsumer(name, group_id=f"g-{name}", auto_offset_reset="earliest", **settings)
+    consumer.partitions_for_topic(name)  # kafka-python 3.0.12's join without metadata (docs/groups.md, Client notes)
     got: list[bytes] = []
     deadline = time.monotonic() + 30
     try:

@@ -34,7 +34,6 @@ from collections import Counter
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kafscale.cluster import keys
 from kafscale.cluster import placement_store as store
@@ -127,13 +126,9 @@ class Controller:
     async def _open_store(self) -> MetadataStore:
         actor = None
         if not self.config.etcd_endpoint_list():
-            from kafscale.runtime.metadata_actor import MetadataStoreActor
+            from kafscale.runtime.metadata_actor import start_metadata_actor
 
-            actor = MetadataStoreActor.options(  # type: ignore[attr-defined]
-                name=METADATA_ACTOR_NAME, namespace=self.ray_namespace, get_if_exists=True, lifetime="detached",
-                max_restarts=-1, num_cpus=0, max_concurrency=10_000, runtime_env={"env_vars": self.env},
-                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
-            ).remote(data_dir=self.config.data_dir, etcd_endpoints=None, prefix=self.config.etcd_prefix)
+            actor = start_metadata_actor(METADATA_ACTOR_NAME, self.config, self.ray_namespace, self.env, self.node_id)
             await actor.ready.remote()
         return open_metadata_store(self.config, METADATA_ACTOR_NAME if actor else None, self.ray_namespace)
 

@@ -24,7 +24,9 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 from ray.exceptions import ActorUnavailableError, RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from kafscale.config import BrokerConfig
 from kafscale.runtime.heap import tune_gc_for_serving
 from kafscale.runtime.metadata_channel import UNARY_CALLS, ChannelClient, ChannelServer, decode_result, encode_args
 from kafscale.storage.backoff import Backoff
@@ -159,6 +161,18 @@ class MetadataStoreActor:
             with contextlib.suppress(Exception):  # a channel that failed to start has nothing to close
                 (await asyncio.shield(self._channel)).close()
         await self._store.close()
+
+
+def start_metadata_actor(name: str, config: BrokerConfig, namespace: str, env: dict[str, str],
+                         node_id: str) -> ActorHandle:
+    """The embedded store's actor, pinned to `node_id`: started, or the one running under `name`. The
+    controller asks for it, and so does `kafscale serve` beside the controller: started only by the controller,
+    its worker would begin importing after the controller's, a second and a half later."""
+    return MetadataStoreActor.options(  # type: ignore[attr-defined,no-any-return]
+        name=name, namespace=namespace, get_if_exists=True, lifetime="detached", max_restarts=-1, num_cpus=0,
+        max_concurrency=10_000, runtime_env={"env_vars": env},
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote(data_dir=config.data_dir, etcd_endpoints=None, prefix=config.etcd_prefix)
 
 
 def _rebuild(handle: ActorHandle, poll_timeout: float, direct: bool = True) -> RemoteMetadataStore:

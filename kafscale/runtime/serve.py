@@ -68,7 +68,7 @@ def serve(config: BrokerConfig) -> int:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from kafscale.runtime.controller import CONTROLLER_NAME, Controller
+    from kafscale.runtime.controller import CONTROLLER_NAME, METADATA_ACTOR_NAME, Controller
     from kafscale.runtime.shard_actor import shard_actor_name
 
     # Ray workers do not share our working directory: hand them absolute paths.
@@ -89,6 +89,10 @@ def serve(config: BrokerConfig) -> int:
             return 2
         env = {k: v for k, v in os.environ.items() if k.startswith(TRAVELLING_ENV)}
         here = ray.get_runtime_context().get_node_id()
+        if not config.etcd_endpoint_list():
+            from kafscale.runtime.metadata_actor import start_metadata_actor
+
+            start_metadata_actor(METADATA_ACTOR_NAME, config, RAY_NAMESPACE, env, here)
         controller = Controller.options(  # type: ignore[attr-defined]
             name=CONTROLLER_NAME, namespace=RAY_NAMESPACE, get_if_exists=True, lifetime="detached",
             runtime_env={"env_vars": env}, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),

@@ -154,6 +154,7 @@ def test_acknowledged_records_survive_kill_9(tmp_path: Path, store_args: list[st
                 except BufferError:
                     pass
                 producer.poll(0.001 if i % 100 else 0.01)
+            producer.purge()  # the broker is gone by now (stop is set after the kill): nothing more is acked
             producer.flush(6)
 
         thread = threading.Thread(target=produce)

@@ -89,7 +89,9 @@ def serve(config: BrokerConfig) -> int:
             return 2
         env = {k: v for k, v in os.environ.items() if k.startswith(TRAVELLING_ENV)}
         here = ray.get_runtime_context().get_node_id()
-        if not config.etcd_endpoint_list():
+        if head is not None and not config.etcd_endpoint_list():
+            # Only on a head of our own: in a running cluster, the controller there may use another store, and
+            # an actor started here for it would be nobody's to stop.
             from kafscale.runtime.metadata_actor import start_metadata_actor
 
             start_metadata_actor(METADATA_ACTOR_NAME, config, RAY_NAMESPACE, env, here)

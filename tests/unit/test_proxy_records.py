@@ -103,7 +103,6 @@ def test_a_virtual_partitions_fetch_gets_its_records_only_and_reaches_the_end(
     assert position == complete_end, "the client moves past everything fetched, its own or not"
 
 
-
 def test_the_skip_batch_is_a_commit_marker_every_client_steps_over() -> None:
     batch = MemoryRecords(skip_batch(10, 14)).next_batch()
     assert batch is not None and batch.validate_crc() and batch.is_control_batch

@@ -99,13 +99,12 @@ class CommitBatcher:
     async def _drain(self) -> None:
         while self._queue:
             await self._gathered()
-            ready = list(self._queue)  # gathered once, then sent in chunks back to back
-            self._queue.clear()
+            ready, self._queue = self._queue, deque()  # gathered once, then sent in chunks back to back
             while ready:
                 batch, size = [], 0
                 while ready and (not batch or size + ready[0].size <= MAX_TXN_OPS):
                     size += ready[0].size
-                    batch.append(ready.pop(0))
+                    batch.append(ready.popleft())
                 await self._send_batch(batch)
 
     async def _send_batch(self, batch: list[_Commit]) -> None:

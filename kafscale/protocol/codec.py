@@ -19,13 +19,14 @@ from kafscale.protocol import guard
 from kafscale.protocol.encoder import encode_entity, encode_request, encode_response, readdress_response
 from kafscale.protocol.errors import ErrorCode, MalformedRequest
 from kafscale.protocol.guard import MAX_ELEMENTS, validate_lengths
-from kafscale.protocol.schemas import known_versions, make, nested, replace, request_class, response_class
+from kafscale.protocol.schemas import convert, known_versions, make, nested, replace, request_class, response_class
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 __all__ = [
     "MAX_ELEMENTS",
+    "convert",
     "decode_request",
     "decode_response",
     "encode_entity",

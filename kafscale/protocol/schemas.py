@@ -124,3 +124,9 @@ def replace(value: T, /, **changes: Any) -> T:
     if not changes.keys() <= shape.names:
         changes = {k: v for k, v in changes.items() if k in shape.names}
     return dataclasses.replace(value, **changes)  # type: ignore[type-var]
+
+
+def convert(value: Any, cls: type[T], /, **changes: Any) -> T:
+    """`value`, an entity of another version of the same API, as `cls` (fields `cls` lacks dropped, as make()
+    does)."""
+    return make(cls, **{**{f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, **changes})

@@ -10,13 +10,12 @@ places.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.protocol.codec import make, nested, replace, response_class
+from kafscale.protocol.codec import convert, make, nested, replace, response_class
 from kafscale.proxy.handlers.create_topics import UpstreamRefused, create_upstream
 from kafscale.proxy.state import Call
 from kafscale.proxy.topics import offsets_topic_of
@@ -65,15 +64,9 @@ async def _with_virtual(call: Call, request: Any, virtual: list[str]) -> Any:
                     controller_id=own.controller_id, topics=())
     topic_cls, part_cls = nested(response, "MetadataResponseTopic"), nested(response, "MetadataResponsePartition")
     found = {t.name: t for t in base.topics}
-    found.update({t.name: _convert(t, topic_cls, partitions=tuple(_convert(p, part_cls) for p in t.partitions))
+    found.update({t.name: convert(t, topic_cls, partitions=tuple(convert(p, part_cls) for p in t.partitions))
                   for t in own.topics})
     return replace(base, topics=tuple(found[t.name] for t in request.topics if t.name in found))
-
-
-def _convert(value: Any, cls: type[Any], **changes: Any) -> Any:
-    """A kio entity of another version of the same API, as `cls` (fields it lacks dropped)."""
-    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    return make(cls, **{**fields, **changes})
 
 
 def _topic(call: Call, topic: Any) -> Any:

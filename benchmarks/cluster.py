@@ -175,8 +175,8 @@ class Control:
     def __init__(self, address: str) -> None:
         import ray
 
-        from kafscale.runtime.controller import CONTROLLER_NAME
-        from kafscale.runtime.serve import RAY_NAMESPACE
+        from kafscale.actors.controller import CONTROLLER_NAME
+        from kafscale.actors.serve import RAY_NAMESPACE
 
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, configure_logging=False,
                  _node_ip_address="127.0.0.1")

@@ -413,7 +413,7 @@ def broker_pids(serve_pid: int) -> list[int]:
     ray_sessions: set[int] = set()
     for pid in tree:
         cmd = _cmdline(pid)
-        if "kafscale.runtime.local_head" in cmd and len(cmd) >= 5 and cmd[-2] == str(serve_pid):
+        if "kafscale.actors.local_head" in cmd and len(cmd) >= 5 and cmd[-2] == str(serve_pid):
             ray_sessions.add(int(cmd[-1]))
     for pid, (_, pgrp, sid) in stats.items():
         if sid in ray_sessions or pgrp in ray_sessions:

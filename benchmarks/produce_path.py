@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 
-from kafscale.runtime.heap import tune_gc_for_serving
+from kafscale.actors.heap import tune_gc_for_serving
 
 
 def _frames(partitions: int, per_request: int, records: int) -> list[bytes]:
@@ -77,8 +77,8 @@ def send(port: int, frames: list[bytes], requests: int, window: int) -> None:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, float]:
+    from kafscale.actors.shard_host import ShardHost
     from kafscale.config import BrokerConfig
-    from kafscale.runtime.shard_host import ShardHost
     from kafscale.storage.embedded_store import EmbeddedStore
     from kafscale.storage.local_store import LocalDirStore
 

@@ -1,8 +1,8 @@
-"""The broker boundary: everything the Kafka front end (kafscale.server) may ask of a shard's core.
+"""The broker boundary: everything the Kafka front end (kafscale.acceptor) may ask of a shard's core.
 
 Handlers take a `Broker` and nothing else; `ShardCore` is the real one, and tests use a small fake. A `Peer`
 is another shard as the core calls it when a partition or group lives there: the same calls with the same
-typed results, carried by Ray (kafscale.runtime.shard_actor) or made in process.
+typed results, carried by Ray (kafscale.actors.shard_actor) or made in process.
 """
 
 from __future__ import annotations

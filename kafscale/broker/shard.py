@@ -1,7 +1,7 @@
 """A shard's broker core: the partition owners and group coordinators it hosts, on one asyncio loop.
 
 `ShardCore` is the `Broker` the Kafka front end talks to (kafscale.broker.interface) and plain Python: tests
-drive it directly, and kafscale.runtime composes it with a listener and operations. A partition or group that
+drive it directly, and kafscale.actors composes it with a listener and operations. A partition or group that
 lives on another shard is reached through a `Peer`, by the same typed calls.
 """
 

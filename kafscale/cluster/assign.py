@@ -1,7 +1,7 @@
 """Where work should go: the controller's decisions as pure functions over an assignment.
 
 An assignment maps items (a topic's partition, or a group slot) to shard ids. Each function returns the
-moves that take it where it should be; the controller carries them out (kafscale.runtime.controller) and
+moves that take it where it should be; the controller carries them out (kafscale.actors.controller) and
 tests check the decisions without a cluster. Work is counted in items: partitions and group slots are
 balanced separately, each over the same shards.
 """

@@ -1,6 +1,6 @@
 """The scaling policy: how many shards the measured load needs (Ray Serve's autoscaler is the model).
 
-Pure decisions, no I/O: the controller (kafscale.runtime.controller) feeds it the shards' load reports and
+Pure decisions, no I/O: the controller (kafscale.actors.controller) feeds it the shards' load reports and
 starts or drains shards to follow the returned Decision; kafscale.cluster.assign.balance_by_load spreads the
 work over them.
 """

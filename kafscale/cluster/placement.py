@@ -1,6 +1,6 @@
 """Placement: which shard leads each partition and coordinates each group. Decided here and nowhere else.
 
-Placement is data in the metadata store, written by the controller (kafscale.runtime.controller) and by
+Placement is data in the metadata store, written by the controller (kafscale.actors.controller) and by
 whoever creates a topic; every shard watches it (kafscale.cluster.membership) and asks this object:
 - partition p of a topic is led by the shard `placement[p]` of the topic's record, at leader epoch
   `leader_epochs[p]`; a move rewrites both with a compare-and-swap on the record;

@@ -1,6 +1,6 @@
 """Placement as the metadata store holds it: read it whole, and write moves with compare-and-swap.
 
-The controller is the writer (kafscale.runtime.controller); shards only read (kafscale.cluster.membership,
+The controller is the writer (kafscale.actors.controller); shards only read (kafscale.cluster.membership,
 kafscale.cluster.topics). A move is written only if the item is still where the move found it, so a move
 decided on a stale view is skipped instead of undoing a newer one.
 """

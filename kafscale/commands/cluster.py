@@ -102,8 +102,8 @@ def _moves_text(moves: list[dict[str, Any]]) -> str:
 
 
 def stop(args: argparse.Namespace) -> int:
+    from kafscale.actors.local_head import end_session
     from kafscale.commands.control import controller
-    from kafscale.runtime.local_head import end_session
 
     head = head_file(args) if not args.ray_address else None
     ray_address(args)  # fails early with a clear message if there is nothing to stop
@@ -116,7 +116,7 @@ def stop(args: argparse.Namespace) -> int:
         end_session(int(head["pgid"]))
         from pathlib import Path
 
-        from kafscale.runtime.serve import HEAD_FILE
+        from kafscale.actors.serve import HEAD_FILE
 
         Path(args.data_dir, HEAD_FILE).unlink(missing_ok=True)
     emit(args, {"stopped": True}, lambda _: "stopped")

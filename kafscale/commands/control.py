@@ -31,7 +31,7 @@ def add_cluster_address(parser: argparse.ArgumentParser) -> None:
 
 
 def head_file(args: argparse.Namespace) -> dict[str, Any] | None:
-    from kafscale.runtime.serve import HEAD_FILE
+    from kafscale.actors.serve import HEAD_FILE
 
     path = Path(args.data_dir, HEAD_FILE)
     if not path.exists():
@@ -55,13 +55,13 @@ def controller(args: argparse.Namespace) -> Iterator[Any]:
     address = ray_address(args)
     local = address.split(":")[0] in ("127.0.0.1", "localhost")
     if local:  # read when Ray is imported: a driver on loopback stays there, as `kafscale serve` set it up
-        from kafscale.runtime.local_head import ray_environment
+        from kafscale.actors.local_head import ray_environment
 
         os.environ.update({k: v for k, v in ray_environment().items() if k.startswith("RAY_")})
     import ray
 
-    from kafscale.runtime.controller import CONTROLLER_NAME
-    from kafscale.runtime.serve import RAY_NAMESPACE
+    from kafscale.actors.controller import CONTROLLER_NAME
+    from kafscale.actors.serve import RAY_NAMESPACE
 
     node_ip = address_towards(address)  # the node this driver runs on, as the cluster knows it
     extra = {"_node_ip_address": node_ip} if node_ip else {}

@@ -16,9 +16,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kafscale.actors.serve import serve
     from kafscale.cluster.virtual import MappingError, VirtualMapping
     from kafscale.logs import setup_logging
-    from kafscale.runtime.serve import serve
 
     try:
         settings = config.load(args)

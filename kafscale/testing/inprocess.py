@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from kafscale.actors.shard_host import ShardHost
 from kafscale.config import BrokerConfig
-from kafscale.runtime.shard_host import ShardHost
 from kafscale.storage.metadata_store import MetadataStore
 from kafscale.storage.object_store import ObjectStore
 

@@ -68,7 +68,7 @@ def test_a_detached_broker_outlives_its_command_shows_in_the_dashboard_and_stops
         assert wait_until(lambda: not _group_alive(head["pgid"]), 30), "the local Ray head outlived cluster stop"
     finally:
         if head is not None and _group_alive(head["pgid"]):  # the test failed half way: end what it started
-            from kafscale.runtime.local_head import end_session
+            from kafscale.actors.local_head import end_session
 
             end_session(head["pgid"])
 

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafscale.acceptor import Listener, RequestContext, Router
 from kafscale.protocol import (
     ErrorCode,
     FrameBuffer,
@@ -30,7 +31,6 @@ from kafscale.protocol import (
     request_class,
     response_class,
 )
-from kafscale.server import Listener, RequestContext, Router
 
 T = TypeVar("T")
 
@@ -378,7 +378,7 @@ def test_large_and_small_frames_interleaved_under_back_pressure():
 
 
 def test_unknown_api_key_closes_and_logs(server: Server, observer: RawClient, caplog: pytest.LogCaptureFixture):
-    caplog.set_level(logging.WARNING, logger="kafscale.server")
+    caplog.set_level(logging.WARNING, logger="kafscale.acceptor")
     client = RawClient(server.port)
     payload = struct.pack(">hhih", 9999, 0, 7, 3) + b"bad" + b"\x00" * 8
     client.send(struct.pack(">i", len(payload)) + payload)

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from kafscale.runtime.metadata_actor import MetadataStoreActor, RemoteMetadataStore
+from kafscale.actors.metadata_actor import MetadataStoreActor, RemoteMetadataStore
 from kafscale.storage.metadata_store import Compare, MetadataStoreError, Put
 
 

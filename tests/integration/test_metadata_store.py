@@ -65,7 +65,7 @@ class Backend:
         elif self.name == "etcd":
             store = EtcdStore(self.env.endpoint, prefix=self.prefix)
         else:
-            from kafscale.runtime.metadata_actor import MetadataStoreActor, RemoteMetadataStore
+            from kafscale.actors.metadata_actor import MetadataStoreActor, RemoteMetadataStore
 
             if self.actor is None:
                 self.actor = MetadataStoreActor.remote(data_dir=str(self.tmp_path))
@@ -826,7 +826,7 @@ async def test_etcd_store_fixture_is_namespaced(etcd_store: EtcdStore) -> None:
 
 
 async def test_remote_wait_events_returns_whole_revisions(ray_runtime: Any, tmp_path: Path) -> None:
-    from kafscale.runtime.metadata_actor import MetadataStoreActor
+    from kafscale.actors.metadata_actor import MetadataStoreActor
 
     actor = MetadataStoreActor.remote(data_dir=str(tmp_path))
     try:
@@ -850,7 +850,7 @@ async def test_remote_wait_events_returns_whole_revisions(ray_runtime: Any, tmp_
 
 
 async def test_remote_store_travels_to_other_processes(ray_runtime: Any, tmp_path: Path) -> None:
-    from kafscale.runtime.metadata_actor import MetadataStoreActor, RemoteMetadataStore
+    from kafscale.actors.metadata_actor import MetadataStoreActor, RemoteMetadataStore
 
     actor = MetadataStoreActor.remote(data_dir=str(tmp_path))
     try:

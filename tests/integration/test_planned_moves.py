@@ -1,4 +1,4 @@
-"""The controller's hand-offs (kafscale.runtime.planned_moves) on the real embedded metadata store: at most
+"""The controller's hand-offs (kafscale.actors.planned_moves) on the real embedded metadata store: at most
 `moves_in_flight` run at once, and a source that cannot release is fenced instead (the move still happens, at a
 higher leader epoch). The shards' release calls are stood in for by plain objects with Ray's `.remote` shape;
 real shards releasing are tested in tests/cluster."""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from kafscale.actors.planned_moves import hand_off
 from kafscale.cluster import placement_store as store
 from kafscale.cluster.assign import Move
 from kafscale.cluster.topics import TopicRegistry
-from kafscale.runtime.planned_moves import hand_off
 from kafscale.storage.embedded_store import EmbeddedStore
 
 

@@ -1,4 +1,4 @@
-"""When the autoscaler moves partitions between the shards it keeps (runtime/scaler.py, on the real embedded
+"""When the autoscaler moves partitions between the shards it keeps (actors/scaler.py, on the real embedded
 metadata store): only when a shard runs above the target or holds no partition. Shards under the target with
 uneven loads are left alone: the busy readings jitter by more than the balancer's tolerance, and every move pauses
 its partition's producers (a steady cluster moved a partition every 15-30 s before this rule).
@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from kafscale.actors.scaler import Scaler
 from kafscale.cluster import placement_store as store
 from kafscale.cluster.assign import Move
 from kafscale.cluster.load import PartitionLoad, ShardLoad
 from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
-from kafscale.runtime.scaler import Scaler
 from kafscale.storage.embedded_store import EmbeddedStore
 
 CONFIG = BrokerConfig(autoscale=True, min_shards=1, max_shards=3, target_utilization=0.6, moves_in_flight=2)

@@ -1,4 +1,4 @@
-"""A controller restarted in the middle of autoscaling carries its predecessor's decision on (runtime/scaler.py,
+"""A controller restarted in the middle of autoscaling carries its predecessor's decision on (actors/scaler.py,
 with the real embedded metadata store): a drain that was begun is finished and the shard stopped, a scale-up
 that was decided starts the shards still missing. The controller's own hand-off and forget steps are stood in
 for by plain functions on the same store: what they do is tested with real shards in tests/cluster."""
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from kafscale.actors.scaler import Scaler
 from kafscale.cluster import placement_store as store
 from kafscale.cluster.assign import Move
 from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
-from kafscale.runtime.scaler import Scaler
 from kafscale.storage.embedded_store import EmbeddedStore
 
 CONFIG = BrokerConfig(autoscale=True, min_shards=1, max_shards=3)

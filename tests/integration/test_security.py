@@ -340,7 +340,7 @@ def reauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker
 
 def test_librdkafka_reauthenticates_on_its_connection_before_the_session_ends(
         reauth: InProcessBroker, caplog: pytest.LogCaptureFixture, pki: Pki) -> None:
-    caplog.set_level("INFO", logger="kafscale.server.handlers.sasl_authenticate")
+    caplog.set_level("INFO", logger="kafscale.acceptor.handlers.sasl_authenticate")
     bootstrap = reauth.bootstrap_for("SASL_PLAINTEXT")
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          **confluent_sasl("SASL_PLAINTEXT", "SCRAM-SHA-512", pki)})

@@ -19,9 +19,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafscale.actors.heap import SERVING_GC_THRESHOLDS
+from kafscale.actors.local_head import LocalRayHead
 from kafscale.protocol.errors import ErrorCode
-from kafscale.runtime.heap import SERVING_GC_THRESHOLDS
-from kafscale.runtime.local_head import LocalRayHead
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess

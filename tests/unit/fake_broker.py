@@ -1,7 +1,7 @@
 """A small Broker for handler unit tests: no socket, no Ray, no object store.
 
 Topics and groups are the real registries over an embedded metadata store in a temporary directory (a SQLite
-file, not a server); partitions are in-memory lists of record batches. Handlers in kafscale.server.handlers see
+file, not a server); partitions are in-memory lists of record batches. Handlers in kafscale.acceptor.handlers see
 exactly the `Broker` protocol of kafscale.broker.interface, so whatever they do here they do in a shard.
 """
 
@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import FetchItem, ProduceItem
 from kafscale.broker.results import (
     DeleteRecordsResult,
@@ -33,7 +34,6 @@ from kafscale.groups.registry import GroupRegistry, group_settings
 from kafscale.protocol.errors import ErrorCode
 from kafscale.security.acls import Acls
 from kafscale.security.credentials import Credentials
-from kafscale.server.router import RequestContext
 from kafscale.storage.batch import set_base_offset, split_batches
 from kafscale.storage.embedded_store import EmbeddedStore
 

@@ -100,7 +100,7 @@ def test_partitions_per_shard_is_accepted_but_deprecated(tmp_path: Path, caplog:
 
 
 def test_serve_refuses_a_local_object_store_on_a_multi_node_cluster_unless_it_is_shared() -> None:
-    from kafscale.runtime.serve import ServeError, check_cluster
+    from kafscale.actors.serve import ServeError, check_cluster
 
     nodes = [{"Alive": True}, {"Alive": True}, {"Alive": False}]
     with pytest.raises(ServeError, match="other nodes cannot read: give --s3-bucket"):

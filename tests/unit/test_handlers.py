@@ -8,12 +8,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kafscale.protocol.codec import decode_response, encode_response, make, request_class
-from kafscale.protocol.encoder import encode_request
-from kafscale.protocol.errors import ErrorCode
-from kafscale.protocol.header import parse_request_header
-from kafscale.server import dispatch
-from kafscale.server.handlers import (
+from kafscale.acceptor import dispatch
+from kafscale.acceptor.handlers import (
     create_topics,
     delete_records,
     delete_topics,
@@ -27,6 +23,10 @@ from kafscale.server.handlers import (
     offset_fetch,
     produce,
 )
+from kafscale.protocol.codec import decode_response, encode_response, make, request_class
+from kafscale.protocol.encoder import encode_request
+from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.header import parse_request_header
 from tests.unit.fake_broker import FakeBroker, context, fake_broker, record_batch
 
 
@@ -289,9 +289,9 @@ async def test_group_requests_for_a_group_another_shard_coordinates_get_not_coor
 
 
 async def test_scram_credentials_are_set_described_and_deleted_with_kafkas_errors(tmp_path: Path) -> None:
+    from kafscale.acceptor.handlers import alter_user_scram_credentials as alter
+    from kafscale.acceptor.handlers import describe_user_scram_credentials as describe
     from kafscale.security.scram import Mechanism
-    from kafscale.server.handlers import alter_user_scram_credentials as alter
-    from kafscale.server.handlers import describe_user_scram_credentials as describe
 
     def upsert(name: str, mechanism: int, iterations: int = 4096, salt: bytes = b"salt") -> Any:
         return part(51, 0, "ScramCredentialUpsertion", name=name, mechanism=mechanism, iterations=iterations,

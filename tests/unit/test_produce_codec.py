@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafscale.acceptor.handlers.common import NO_THROTTLE, make, to_datetime
 from kafscale.broker.results import ProduceResult
 from kafscale.protocol.codec import decode_response, encode_request, encode_response, request_class, response_class
 from kafscale.protocol.errors import ErrorCode, MalformedRequest
@@ -23,7 +24,6 @@ from kafscale.protocol.guard import MAX_ELEMENTS
 from kafscale.protocol.header import parse_request_header
 from kafscale.protocol.produce_codec import encode_produce_response, read_produce_request
 from kafscale.protocol.varint import varint_bytes
-from kafscale.server.handlers.common import NO_THROTTLE, make, to_datetime
 
 VERSIONS = range(0, 12)
 

@@ -32,6 +32,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from kafscale.acceptor.handlers.api_versions import api_versions_handler
+from kafscale.acceptor.router import RequestContext, Router
 from kafscale.protocol import (
     BufferPool,
     ErrorCode,
@@ -57,8 +59,6 @@ from kafscale.protocol import (
 from kafscale.protocol.codec import MAX_ELEMENTS, encode_entity, validate_lengths
 from kafscale.protocol.errors import error_code
 from kafscale.protocol.header import request_header_version
-from kafscale.server.handlers.api_versions import api_versions_handler
-from kafscale.server.router import RequestContext, Router
 
 # ------------------------------------------------------------------------------- headers
 
@@ -381,7 +381,7 @@ async def test_api_versions_response_decodes_with_kafka_python(version: int):
 
 async def test_api_versions_unsupported_version_is_v0_with_own_range():
     router = Router()
-    from kafscale.server.handlers.api_versions import UNSUPPORTED_VERSION_REQUEST
+    from kafscale.acceptor.handlers.api_versions import UNSUPPORTED_VERSION_REQUEST
 
     data = await _api_versions_frame(router, 7, UNSUPPORTED_VERSION_REQUEST)
     # v0 body: error 35, one entry (18, 0, 4); v0 header (no tag byte)

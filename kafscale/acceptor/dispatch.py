@@ -1,0 +1,70 @@
+"""Every API a shard serves, and the router that dispatches to them (ApiVersions advertises exactly these).
+
+A handler module is named after its API and exports API_KEY, MIN_VERSION, MAX_VERSION and
+`handle(broker, ctx, request)`; one that reads its requests itself (Produce) exports DECODE too.
+ApiVersions is the router's own (kafscale.acceptor.handlers.api_versions).
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+from kafscale.acceptor.handlers import (
+    alter_configs,
+    alter_user_scram_credentials,
+    create_acls,
+    create_partitions,
+    create_topics,
+    delete_acls,
+    delete_groups,
+    delete_records,
+    delete_topics,
+    describe_acls,
+    describe_cluster,
+    describe_configs,
+    describe_groups,
+    describe_user_scram_credentials,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    incremental_alter_configs,
+    init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
+    offset_for_leader_epoch,
+    produce,
+    sasl_authenticate,
+    sasl_handshake,
+    sync_group,
+)
+from kafscale.acceptor.router import Router
+from kafscale.broker.interface import Broker
+from kafscale.protocol.codec import decode_request
+
+# Authentication (docs/security.md): answered on every listener, as Kafka does.
+HANDLERS: tuple[ModuleType, ...] = (sasl_handshake, sasl_authenticate, describe_user_scram_credentials,
+                                    alter_user_scram_credentials, describe_acls, create_acls, delete_acls)
+# Data and topics.
+HANDLERS += (produce, fetch, list_offsets, metadata, create_topics, delete_topics,
+                                    init_producer_id, find_coordinator)
+# Operations (docs/operations.md): admin APIs.
+HANDLERS += (create_partitions, describe_configs, alter_configs, incremental_alter_configs, offset_for_leader_epoch,
+             describe_cluster, delete_records)
+# Consumer groups (docs/groups.md).
+HANDLERS += (join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, offset_delete,
+             describe_groups, list_groups, delete_groups)
+
+
+def build_router(broker: Broker) -> Router:
+    router = Router()
+    for module in HANDLERS:
+        router.register(module.API_KEY, module.MIN_VERSION, module.MAX_VERSION,
+                        functools.partial(module.handle, broker), decode=getattr(module, "DECODE", decode_request))
+    return router

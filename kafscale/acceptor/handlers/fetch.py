@@ -1,0 +1,71 @@
+"""Fetch v4-v17: one long-poll over every requested partition (max wait, min bytes, max bytes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed, make, ms, new_leader, response_module
+from kafscale.acceptor.router import RequestContext
+from kafscale.broker.interface import Broker, FetchItem
+from kafscale.broker.results import FetchResult
+from kafscale.security.acl import Operation, ResourceType
+
+API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
+
+
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    by_id = ctx.api_version >= 13
+    # (topic-id-or-name, partition, name or None) in request order
+    wanted: list[tuple[Any, int, str | None]] = []
+    parts: list[FetchItem] = []
+    denied: set[Any] = set()
+    for topic in req.topics:
+        if by_id:
+            info = broker.topics.by_id.get(topic.topic_id)
+            name = info.name if info else None
+            ident: Any = topic.topic_id
+        else:
+            name = topic.topic
+            ident = topic.topic
+        if name is not None and not allowed(broker, ctx, Operation.READ, ResourceType.TOPIC, name):
+            denied.add(ident)
+        for p in topic.partitions:
+            wanted.append((ident, int(p.partition), name))
+            if name is not None and ident not in denied:
+                parts.append((name, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes)))
+    results = iter(await broker.fetch(parts, ms(req.max_wait), int(req.min_bytes),
+                                     int(getattr(req, "max_bytes", 0x7FFFFFFF))))
+    mod = response_module(ctx)
+    grouped: dict[Any, list[Any]] = {}
+    endpoints: dict[int, Any] = {}
+    for ident, partition, name in wanted:
+        if ident in denied:
+            r = FetchResult(int(ErrorCode.topic_authorization_failed))
+        else:
+            r = FetchResult(int(ErrorCode.unknown_topic_id)) if name is None else next(results)
+        leader = {}
+        if r.error == ErrorCode.not_leader_or_follower and name is not None and ctx.api_version >= 16:
+            found = new_leader(broker, name, partition)  # KIP-951: the client goes there without a refresh
+            if found is not None:
+                leader = {"current_leader": make(mod.LeaderIdAndEpoch, leader_id=found[0], leader_epoch=found[1])}
+                host, port = found[2].on(ctx.listener.name)
+                endpoints[found[0]] = make(mod.NodeEndpoint, node_id=found[0], host=host, port=port, rack=None)
+        grouped.setdefault(ident, []).append(make(
+            mod.PartitionData,
+            **leader,
+            partition_index=partition,
+            error_code=ErrorCode(r.error),
+            high_watermark=r.high_watermark,
+            last_stable_offset=r.high_watermark,
+            log_start_offset=r.log_start_offset,
+            aborted_transactions=None if r.error else (),
+            preferred_read_replica=-1,
+            records=r.records,
+        ))
+    key = "topic_id" if by_id else "topic"
+    responses = tuple(make(mod.FetchableTopicResponse, **{key: ident}, partitions=tuple(ps))
+                      for ident, ps in grouped.items())
+    return make(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
+                responses=responses, **({"node_endpoints": tuple(endpoints.values())} if endpoints else {}))

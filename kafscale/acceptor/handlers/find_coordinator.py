@@ -1,0 +1,43 @@
+"""FindCoordinator v0-v4: names the shard that hosts a group (kafscale.cluster.placement decides which)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed, make, response_module
+from kafscale.acceptor.router import RequestContext
+from kafscale.broker.interface import Broker
+from kafscale.security.acl import Operation, ResourceType
+
+API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 4
+KEY_TYPE_GROUP = 0
+
+
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
+
+    def locate(key: str) -> tuple[ErrorCode, Any]:
+        if key_type != KEY_TYPE_GROUP:
+            return ErrorCode.invalid_request, None
+        if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
+            return ErrorCode.group_authorization_failed, None
+        shard = broker.placement.address(broker.placement.coordinator_of(key))
+        if shard is None:  # its shard is gone: the controller is moving the group's slot
+            return ErrorCode.coordinator_not_available, None
+        return ErrorCode.none, shard
+
+    if ctx.api_version >= 4:
+        coordinators = []
+        for key in req.coordinator_keys:
+            code, s = locate(key)
+            host, port = s.on(ctx.listener.name) if s else ("", -1)
+            coordinators.append(make(mod.Coordinator, key=key, node_id=s.id if s else -1, host=host, port=port,
+                                     error_code=code, error_message=None))
+        return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
+    code, s = locate(req.key)
+    host, port = s.on(ctx.listener.name) if s else ("", -1)
+    return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=None,
+                node_id=s.id if s else -1, host=host, port=port)

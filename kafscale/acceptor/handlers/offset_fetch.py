@@ -1,0 +1,78 @@
+"""OffsetFetch v1-v8: committed offsets (-1 where nothing is committed), every committed partition when no
+topics are named (v2+), several groups in one request (v8)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed, make, response_module
+from kafscale.acceptor.router import RequestContext
+from kafscale.broker.interface import Broker
+from kafscale.security.acl import Operation, ResourceType
+
+API_KEY, MIN_VERSION, MAX_VERSION = 9, 1, 8
+
+# (topic, [(partition, offset, leader epoch, metadata, error)])
+Topics = list[tuple[str, list[tuple[int, int, int, str, ErrorCode]]]]
+
+
+async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    mod = response_module(ctx)
+    if ctx.api_version >= 8:
+        groups = []
+        for g in req.groups:
+            error, topics = await _fetch(broker, ctx, g.group_id, g.topics)
+            groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
+                               topics=_topics(mod, topics, "OffsetFetchResponseTopics",
+                                              "OffsetFetchResponsePartitions")))
+        return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    error, topics = await _fetch(broker, ctx, req.group_id, req.topics)
+    if ctx.api_version < 2 and error != ErrorCode.none:
+        # v1 has no group-level error: every requested partition carries it.
+        topics = [(t.name, [(p, -1, -1, "", error) for p in t.partition_indexes]) for t in req.topics]
+    return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
+                topics=_topics(mod, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
+
+
+async def _fetch(broker: Broker, ctx: RequestContext, group_id: str, requested: Any) -> tuple[ErrorCode, Topics]:
+    if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, []
+    answer = await broker.group_offsets(group_id)  # from the coordinator, wherever it moved
+    if answer.error != ErrorCode.none:
+        return ErrorCode(answer.error), []
+    offsets = answer.offsets
+    if requested is None:  # every partition the group has committed
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(offsets):
+            by_topic.setdefault(topic, []).append(partition)
+        # Only the topics the principal may describe (Kafka leaves the others out).
+        wanted = [(t, ps) for t, ps in by_topic.items() if allowed(broker, ctx, Operation.DESCRIBE,
+                                                                   ResourceType.TOPIC, t)]
+    else:
+        wanted = [(t.name, list(t.partition_indexes)) for t in requested]
+    topics: Topics = []
+    for topic, partitions in wanted:
+        rows = []
+        if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
+            topics.append((topic, [(p, -1, -1, "", ErrorCode.topic_authorization_failed) for p in partitions]))
+            continue
+        for p in partitions:
+            entry = offsets.get((topic, p))
+            if entry is None:
+                rows.append((p, -1, -1, "", ErrorCode.none))
+            else:
+                rows.append((p, entry.offset, entry.leader_epoch, entry.metadata, ErrorCode.none))
+        topics.append((topic, rows))
+    return ErrorCode.none, topics
+
+
+def _topics(mod: ModuleType, topics: Topics, topic_cls: str, partition_cls: str) -> tuple[Any, ...]:
+    return tuple(
+        make(getattr(mod, topic_cls), name=name, partitions=tuple(
+            make(getattr(mod, partition_cls), partition_index=p, committed_offset=offset,
+                 committed_leader_epoch=epoch, metadata=metadata, error_code=error)
+            for p, offset, epoch, metadata, error in rows))
+        for name, rows in topics)

@@ -1,0 +1,80 @@
+"""Produce v3-v11: hand each partition's batches to its owner; answer per acks.
+
+v0-v2 are advertised but not served, as Kafka 4 does (KAFKA-18659): librdkafka up to 2.11 checks a
+codec against the broker's Produce range with a fixed *minimum* version (0 for gzip, snappy and lz4),
+so a broker advertising Produce from v3 gets every gzip/snappy/lz4 batch sent uncompressed by kcat
+and older librdkafka clients. Clients negotiate the highest common version, so none sends v0-v2 but
+one that knows nothing newer; those carry legacy message sets, which the broker cannot store, and
+every partition in them is answered UNSUPPORTED_VERSION.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.acceptor.handlers.common import allowed, new_leader
+from kafscale.acceptor.router import RequestContext
+from kafscale.broker.interface import Broker, ProduceItem
+from kafscale.broker.results import ProduceResult
+from kafscale.protocol import produce_codec
+from kafscale.protocol.produce_codec import (
+    EncodedResponse,
+    Leaders,
+    ProduceRequestData,
+    encode_produce_response,
+    read_produce_request,
+)
+from kafscale.security.acl import Operation, ResourceType
+
+API_KEY, MIN_VERSION, MAX_VERSION = produce_codec.API_KEY, 0, 11
+FIRST_SERVED_VERSION = 3  # v0-v2 carry legacy (magic 0/1) message sets
+
+
+# Not a coroutine: the answer is a future the shard completes from its callbacks (no task per
+# request, see kafscale.broker.produce_wait), and the request is read by produce_codec, not kio.
+def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyncio.Future[EncodedResponse | None]:
+    acks = req.acks
+    jobs: list[ProduceItem] = []
+    errors: dict[tuple[str, int], ProduceResult] = {}
+    authorizer = broker.acls.authorizer  # None: no authorizer, nothing to check on the hot path
+    for topic in req.topic_data:
+        writable = authorizer is None or allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, topic.name)
+        for part in topic.partition_data:
+            key = (topic.name, part.index)
+            if not writable:
+                errors[key] = ProduceResult(int(ErrorCode.topic_authorization_failed))
+            elif ctx.api_version < FIRST_SERVED_VERSION:
+                errors[key] = ProduceResult(int(ErrorCode.unsupported_version))
+            elif acks not in (-1, 0, 1):
+                errors[key] = ProduceResult(int(ErrorCode.invalid_required_acks))
+            elif req.transactional_id is not None:
+                errors[key] = ProduceResult(int(ErrorCode.transactional_id_authorization_failed))
+            elif part.records is None:
+                errors[key] = ProduceResult(int(ErrorCode.invalid_record), message="no records")
+            else:
+                jobs.append((topic.name, part.index, part.records))  # the reader's own copy
+
+    def answer(results: list[ProduceResult]) -> EncodedResponse | None:
+        if acks == 0:
+            return None
+        answers = dict(errors)
+        leaders: Leaders = {}
+        endpoints: dict[int, tuple[int, str, int]] = {}
+        for (t, p, _), result in zip(jobs, results, strict=True):
+            answers[(t, p)] = result
+            if result.error == ErrorCode.not_leader_or_follower and ctx.api_version >= 10:
+                found = new_leader(broker, t, p)  # KIP-951: the client goes there without a metadata refresh
+                if found is not None:
+                    leaders[(t, p)] = (found[0], found[1])
+                    endpoints[found[0]] = (found[0], *found[2].on(ctx.listener.name))
+        return encode_produce_response(ctx.api_version, ctx.correlation_id, [
+            (topic.name, [(part.index, answers[(topic.name, part.index)]) for part in topic.partition_data])
+            for topic in req.topic_data
+        ], leaders, list(endpoints.values()))
+
+    return broker.start_produce(jobs, acks, req.timeout_ms, answer)
+
+
+DECODE = read_produce_request  # the codec reads Produce requests itself, without kio

@@ -1,6 +1,0 @@
-"""The Kafka-facing side of a shard: TCP listener, request routing, one module per API family."""
-
-from kafscale.server.listener import Listener
-from kafscale.server.router import Handler, RequestContext, Router
-
-__all__ = ["Handler", "Listener", "RequestContext", "Router"]

@@ -1,7 +1,7 @@
 """One shard, composed: the broker core, the Kafka server in front of it, and operations around it.
 
 The core (kafscale.broker.shard) knows neither the listener nor the metrics: it is handed a metrics sink and
-a timed metadata store here, the server is built over it (kafscale.acceptor.dispatch), and operations read its
+a timed metadata store here, the acceptor is built over it (kafscale.acceptor.dispatch), and operations read its
 stats view. The Ray shard actor and the tests' in-process broker both run one of these.
 """
 

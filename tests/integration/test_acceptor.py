@@ -31,6 +31,7 @@ from kafscale.protocol import (
     request_class,
     response_class,
 )
+from tests.integration.conftest import wait_until
 
 T = TypeVar("T")
 
@@ -540,8 +541,8 @@ def test_stop_answers_in_flight_then_closes():
         idle = RawClient(srv.port)
         busy = RawClient(srv.port)
         busy.send(heartbeat_request("sleep:0.3", 1))
-        time.sleep(0.1)
-        assert srv.connections() == 2
+        # Both connections taken, and the busy one's request in its handler (not just sent), before the stop.
+        wait_until(lambda: srv.connections() == 2 and srv.control.max_running == 1, what="two connections, one busy")
         srv.call(srv.listener.stop(grace=5))
         assert decode_response(HEARTBEAT, 4, busy.recv_frame())[0] == 1  # finished, then closed
         assert busy.closed_by_server(timeout=2)

@@ -98,7 +98,9 @@ def test_bad_tokens_are_refused(broker: InProcessBroker, keys: Keys, bad: str) -
                          **oauth(make)})
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=3)
-    admin.poll(1)
+    deadline = time.monotonic() + 30  # the refusal may come after list_topics gave up on a busy machine
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
+        admin.poll(0.5)  # serves error_cb
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), [e.str() for e in errors]
 
 
@@ -124,7 +126,7 @@ def test_the_session_ends_with_the_token_and_rotated_keys_apply_without_a_restar
         assert 55 <= answer.session_lifetime.total_seconds() <= 60  # KIP-368: no longer than the token lives
     keys.rotate()
     bootstrap = broker.bootstrap_for("SASL_PLAINTEXT")
-    wait_for(lambda: _logs_in(bootstrap, lambda: keys.token("svc-new")), 5)
+    wait_for(lambda: _logs_in(bootstrap, lambda: keys.token("svc-new")))
     assert not _logs_in(bootstrap, lambda: (token, exp))  # signed by the old key, now gone from the JWKS
 
 

@@ -3,7 +3,13 @@
 set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# Java 17 or later runs Spark and the reference Apache Kafka broker (Kafka 4 needs 17); Maven fetches Kafka's jars
+# (tests/reference/pom.xml, kafscale/testing/kafka_reference.py)
+java_major() { java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -n 1; }
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
+    need+=(openjdk-17-jre-headless)
+fi
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 # Node.js and npm run kafkajs (tests/integration/test_security_clients.py)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)

@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.fixtures.etcd",
     "tests.fixtures.ray",
     "tests.fixtures.spark",
+    "tests.fixtures.kafka_reference",
 ]
 
 UNIT_DIR = Path(__file__).parent / "unit"

@@ -21,10 +21,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from benchmarks import guard
 from benchmarks.common import REPO, Context, log, machine_info, set_aside_cpus
 from benchmarks.scenarios import SCENARIOS, close_shared, resolve
 
-DEFAULT_ORDER = ["limits", "produce", "end_to_end", "kcat_spec", "catchup", "scale", "group_rebalance",
+DEFAULT_ORDER = ["limits", "produce", "end_to_end", "kcat_spec", "catchup", "read_back", "scale", "group_rebalance",
                  "pipeline_read"]
 
 
@@ -49,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(default 0: all share every CPU)")
     parser.add_argument("--no-s3-own-cpu", action="store_true",
                         help="skip the second SeaweedFS produce pass with the S3 server on a CPU of its own")
+    parser.add_argument("--save-release", action="store_true",
+                        help="write this run's figures to benchmarks/release.json as the release's (at a release)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return parser.parse_args(argv)
 
@@ -119,7 +122,16 @@ def main(argv: list[str] | None = None) -> int:
                 "ratios": {f"{x['kind']}:{x['description']}": x["ratio"] for x in r["references"]},
                 "met": [x["met"] for x in r["references"] if x["kind"] == "target"]}
                for r in data["results"]]
-    print(json.dumps({"results_dir": str(out), "failures": failures, "summary": summary}, indent=1))
+    release = guard.load()
+    compared = guard.compare(data["results"], args.quick, release)
+    for line in guard.describe(compared, release, args.quick):
+        log(line)
+    if args.save_release:
+        guard.save(data["results"], args.quick)
+        log(f"release figures written to {guard.RELEASE}")
+    print(json.dumps({"results_dir": str(out), "failures": failures, "summary": summary,
+                      "release": {c.key: {"ratio": c.ratio, "drop": c.drop} for c in compared},
+                      "drops": [c.key for c in compared if c.drop]}, indent=1))
     log(f"done in {time.monotonic() - t0:.0f} s; results in {out}")
     return 1 if failures else 0
 

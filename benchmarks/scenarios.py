@@ -30,6 +30,7 @@ from benchmarks.common import (
     run_worker,
 )
 from benchmarks.metadata_scale import metadata_scale
+from benchmarks.read_back import read_back
 from benchmarks.security import security
 from benchmarks.soak import soak
 from benchmarks.virtual_partitions import virtual
@@ -536,6 +537,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "end_to_end": end_to_end,
     "kcat_spec": kcat,
     "catchup": catchup,
+    "read_back": read_back,
     "scale": scale,
     "group_rebalance": group_rebalance,
     "pipeline_read": pipeline_read,

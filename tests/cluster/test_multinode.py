@@ -196,7 +196,10 @@ def test_a_killed_node_is_healed_in_seconds_and_nothing_acknowledged_is_lost(
     traffic = Traffic(cluster_serve.bootstrap_all, topic, partitions).start()
     for m in members:
         m.start()
-    time.sleep(4)
+    # The members have joined and committed on every partition before the kill (a fixed wait was too short on a
+    # busy machine: the group had not finished its first rebalance).
+    assert wait_until(lambda: len(committed(cluster_serve.bootstrap_all, group, topic, partitions)) == partitions,
+                      60), "the group never committed on every partition before the kill"
     before = committed(cluster_serve.bootstrap_all, group, topic, partitions)
     killed_at = time.monotonic()
     ray_cluster.kill_node(victim["node_id"])

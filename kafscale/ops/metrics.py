@@ -16,19 +16,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kafscale.broker.stats import ShardStats
-from kafscale.protocol.codec import request_class
+from kafscale.protocol.schemas import api_name
 from kafscale.storage.batch import count_records
 from kafscale.storage.metadata_store import KeyValue, MetadataStore, Op, StoreStatus, TxnResult, WatchEvent
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = tuple(float(1 << n) for n in range(10, 28, 2))  # 1 KiB .. 64 MiB
-
-
-def api_name(api_key: int) -> str:
-    try:
-        return request_class(api_key, 0).__name__.removesuffix("Request")
-    except Exception:
-        return f"api{api_key}"
 
 
 class PartitionMetrics:

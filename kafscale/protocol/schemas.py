@@ -35,6 +35,18 @@ _KNOWN_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
+def api_name(api_key: int) -> str:
+    """The API's name as Kafka's schemas spell it ("Fetch", "OffsetCommit"), from kio's index alone: naming an API
+    (a metric label) must not import a schema module the broker never decodes, which costs tens of milliseconds
+    on the first request of each API."""
+    name = api_key_map.get(api_key)  # type: ignore[call-overload]
+    if name is None or name not in schema_name_map:
+        return f"api{api_key}"
+    versions = schema_name_map[name]
+    path = next(iter(versions[min(versions)].values()))  # "kio.schema.fetch.v0.request:FetchRequest"
+    return path.rsplit(":", 1)[1].removesuffix("Request").removesuffix("Response")
+
+
 def known_versions(api_key: int) -> tuple[int, int] | None:
     """The (min, max) request versions kio 0.6.2 has schemas for, or None for an unknown key."""
     return _KNOWN_VERSIONS.get(api_key)

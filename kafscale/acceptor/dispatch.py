@@ -21,6 +21,7 @@ from kafscale.acceptor.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -56,7 +57,7 @@ HANDLERS += (produce, fetch, list_offsets, metadata, create_topics, delete_topic
                                     init_producer_id, find_coordinator)
 # Operations (docs/operations.md): admin APIs.
 HANDLERS += (create_partitions, describe_configs, alter_configs, incremental_alter_configs, offset_for_leader_epoch,
-             describe_cluster, delete_records)
+             describe_cluster, delete_records, describe_client_quotas)
 # Consumer groups (docs/groups.md).
 HANDLERS += (join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, offset_delete,
              describe_groups, list_groups, delete_groups)

@@ -16,6 +16,7 @@ from kafscale.protocol import make, nested, request_class
 from kafscale.protocol.errors import ErrorCode
 from kafscale.storage.batch import split_batches
 from kafscale.storage.keys import parse_segment_key
+from kafscale.storage.legacy import Record, message_set
 from tests.integration.conftest import (
     METADATA,
     PRODUCE,
@@ -138,9 +139,11 @@ def test_acks_zero_gets_no_response_but_records_become_readable(broker: Cluster)
         assert [(offset, row) for offset, row in read_all(wire, topic, 0)] == list(enumerate(sent))
 
 
-def test_legacy_produce_versions_are_advertised_but_refused(broker: Cluster) -> None:
-    """Produce v0-v2 are in ApiVersions (librdkafka <= 2.11 compresses with gzip/snappy/lz4 only if
-    the broker's Produce range starts at 0), but their legacy message sets are not stored."""
+def test_legacy_produce_versions_are_advertised_and_served(broker: Cluster) -> None:
+    """Produce v0-v2 are in ApiVersions from 0 (librdkafka <= 2.11 compresses with gzip/snappy/lz4 only if the
+    broker's Produce range starts at 0) and served: a legacy message set is stored as a v2 batch, and a v2 batch
+    sent with v2 is stored as it is (Kafka checks the magic only from v3 on). tests/integration/test_old_protocol.py
+    has the rest of the old protocol."""
     topic = unique_topic("legacy")
     with broker.wire() as wire:
         wire.create_topic(topic, 1)
@@ -149,12 +152,13 @@ def test_legacy_produce_versions_are_advertised_but_refused(broker: Cluster) -> 
         produce_range = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}[PRODUCE]
         assert produce_range[0] == 0
         cls = request_class(PRODUCE, 2)
-        part = make(nested(cls, "PartitionProduceData"), index=0, records=batch(rows("old", 2)))
-        request = make(cls, acks=-1, timeout=30_000,
-                       topic_data=(make(nested(cls, "TopicProduceData"), name=topic, partition_data=(part,)),))
-        answer = wire.call(request).responses[0].partition_responses[0]
-        assert answer.error_code == ErrorCode.unsupported_version
-        assert wire.end_offsets(topic, 1) == [0]
+        for records, base in ((batch(rows("new", 2)), 0), (message_set(1, 0, [Record(0, 5, b"k", b"old")]), 2)):
+            part = make(nested(cls, "PartitionProduceData"), index=0, records=records)
+            request = make(cls, acks=-1, timeout=30_000,
+                           topic_data=(make(nested(cls, "TopicProduceData"), name=topic, partition_data=(part,)),))
+            answer = wire.call(request).responses[0].partition_responses[0]
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.none, base)
+        assert read_all(wire, topic, 0) == [(i, row) for i, row in enumerate(rows("new", 2))] + [(2, (b"k", b"old", 5))]
 
 
 # ----------------------------------------------------------------------------- metadata and topics

@@ -27,6 +27,7 @@ from kafscale.protocol.codec import decode_response, encode_response, make, requ
 from kafscale.protocol.encoder import encode_request
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.header import parse_request_header
+from kafscale.storage.legacy import Record, message_set
 from tests.unit.fake_broker import FakeBroker, context, fake_broker, record_batch
 
 
@@ -130,8 +131,11 @@ async def test_produce_refuses_what_it_cannot_store_and_acks_0_gets_no_answer(tm
     async with fake_broker(tmp_path) as broker:
         await broker.topics.create("t", 1, [0])
         batch = bytes(record_batch(b"x"))
-        for version, acks, code in ((2, -1, ErrorCode.unsupported_version), (9, 2, ErrorCode.invalid_required_acks)):
-            answer = await produce.handle(broker, context(0, version), produce_request(version, acks, "t", batch))
+        corrupt = bytearray(message_set(1, 0, [Record(0, 1, None, b"x")]))  # a legacy message (Produce v0-v2)
+        corrupt[-1] ^= 1
+        for version, acks, records, code in ((2, -1, bytes(corrupt), ErrorCode.corrupt_message),
+                                             (9, 2, batch, ErrorCode.invalid_required_acks)):
+            answer = await produce.handle(broker, context(0, version), produce_request(version, acks, "t", records))
             _, decoded = decode_response(0, version, answer.frame[4:])
             assert decoded.responses[0].partition_responses[0].error_code == code
         assert await produce.handle(broker, context(0, 9), produce_request(9, 0, "t", batch)) is None

@@ -1,4 +1,7 @@
-"""Fetch v4-v17: one long-poll over every requested partition (max wait, min bytes, max bytes)."""
+"""Fetch v0-v17: one long-poll over every requested partition (max wait, min bytes, max bytes).
+
+v0-v3 predate the v2 batch format: their answers are the stored batches converted to magic 0 (v0-v1) or magic 1
+(v2-v3) message sets, sized as Kafka sizes them (kafscale/acceptor/legacy.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +9,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.acceptor import legacy
 from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed, make, ms, new_leader, response_module
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker, FetchItem
 from kafscale.broker.results import FetchResult
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
+API_KEY, MIN_VERSION, MAX_VERSION = 1, 0, 17
+FIRST_V2_VERSION = 4  # v0-v3 carry legacy (magic 0/1) message sets
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -35,8 +40,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             wanted.append((ident, int(p.partition), name))
             if name is not None and ident not in denied:
                 parts.append((name, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes)))
-    results = iter(await broker.fetch(parts, ms(req.max_wait), int(req.min_bytes),
-                                     int(getattr(req, "max_bytes", 0x7FFFFFFF))))
+    max_bytes = int(getattr(req, "max_bytes", 0x7FFFFFFF))  # v3+
+    answers = await broker.fetch(parts, ms(req.max_wait), int(req.min_bytes), max_bytes)
+    if ctx.api_version < FIRST_V2_VERSION:
+        answers = legacy.fetch_results(broker, ctx.api_version, parts, answers, max_bytes)
+    results = iter(answers)
     mod = response_module(ctx)
     grouped: dict[Any, list[Any]] = {}
     endpoints: dict[int, Any] = {}

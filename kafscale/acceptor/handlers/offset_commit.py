@@ -1,6 +1,11 @@
-"""OffsetCommit v2-v8: group members (checked against member id and generation) and standalone commits
+"""OffsetCommit v0-v8: group members (checked against member id and generation) and standalone commits
 (generation -1, into a group that has no members). Acknowledged only once durable in the metadata store:
-every partition of the request in one fenced transaction (kafscale/groups/coordinator.py)."""
+every partition of the request in one fenced transaction (kafscale/groups/coordinator.py).
+
+v0 names no member and no generation: it is a standalone commit. (ZooKeeper-era Kafka kept v0 commits in
+ZooKeeper, apart from the others; Kafka 3.9 in KRaft mode answers v0 with UNSUPPORTED_VERSION in every
+partition. Kafscale has one offset store and serves v0 from it: docs/compatibility.md.) v1 may give each
+partition's commit time (-1: now), from which the offset's retention counts."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from kafscale.broker.interface import Broker
 from kafscale.groups.offsets import MAX_METADATA_BYTES, OffsetEntry
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = 8, 2, 8
+API_KEY, MIN_VERSION, MAX_VERSION = 8, 0, 8
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -49,20 +54,21 @@ async def _commit(req: Any, broker: Broker, ctx: RequestContext) -> dict[tuple[s
             elif len(metadata.encode()) > MAX_METADATA_BYTES:
                 errors[(t.name, p.partition_index)] = ErrorCode.offset_metadata_too_large
             else:
+                commit_ms = getattr(p, "commit_timestamp", -1)  # v1 only
                 entries.append((t.name, p.partition_index, OffsetEntry(
                     offset=p.committed_offset, leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                    metadata=metadata, commit_ms=now_ms, expire_ms=now_ms + retention if retention >= 0 else None,
-                    topic_id=str(info.id))))
+                    metadata=metadata, commit_ms=now_ms if commit_ms < 0 else commit_ms,
+                    expire_ms=now_ms + retention if retention >= 0 else None, topic_id=str(info.id))))
     if not entries:
         return errors
-    generation = req.generation_id_or_member_epoch
+    generation = getattr(req, "generation_id_or_member_epoch", -1)  # v0: a standalone commit
     error, coordinator = await broker.groups.lookup(req.group_id, create=generation < 0)
     if error == ErrorCode.none:
         if coordinator is None:  # a generation for a group that does not exist
             error = ErrorCode.illegal_generation
         else:
-            error = await coordinator.commit(req.member_id, getattr(req, "group_instance_id", None), generation,
-                                             entries)
+            error = await coordinator.commit(getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
+                                             generation, entries)
     for t, p, _ in entries:
         errors[(t, p)] = error
     return errors

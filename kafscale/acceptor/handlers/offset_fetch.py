@@ -1,5 +1,8 @@
-"""OffsetFetch v1-v8: committed offsets (-1 where nothing is committed), every committed partition when no
-topics are named (v2+), several groups in one request (v8)."""
+"""OffsetFetch v0-v8: committed offsets (-1 where nothing is committed), every committed partition when no
+topics are named (v2+), several groups in one request (v8).
+
+v0 reads the same offsets as v1: Kafscale has one offset store (ZooKeeper-era Kafka read v0 from ZooKeeper, and
+Kafka 3.9 in KRaft mode answers v0 with UNSUPPORTED_VERSION in every partition; docs/compatibility.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = 9, 1, 8
+API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 8
 
 # (topic, [(partition, offset, leader epoch, metadata, error)])
 Topics = list[tuple[str, list[tuple[int, int, int, str, ErrorCode]]]]
@@ -31,7 +34,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
     error, topics = await _fetch(broker, ctx, req.group_id, req.topics)
     if ctx.api_version < 2 and error != ErrorCode.none:
-        # v1 has no group-level error: every requested partition carries it.
+        # v0-v1 have no group-level error: every requested partition carries it.
         topics = [(t.name, [(p, -1, -1, "", error) for p in t.partition_indexes]) for t in req.topics]
     return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
                 topics=_topics(mod, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))

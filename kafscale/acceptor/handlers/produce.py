@@ -1,11 +1,9 @@
-"""Produce v3-v11: hand each partition's batches to its owner; answer per acks.
+"""Produce v0-v11: hand each partition's batches to its owner; answer per acks.
 
-v0-v2 are advertised but not served, as Kafka 4 does (KAFKA-18659): librdkafka up to 2.11 checks a
-codec against the broker's Produce range with a fixed *minimum* version (0 for gzip, snappy and lz4),
-so a broker advertising Produce from v3 gets every gzip/snappy/lz4 batch sent uncompressed by kcat
-and older librdkafka clients. Clients negotiate the highest common version, so none sends v0-v2 but
-one that knows nothing newer; those carry legacy message sets, which the broker cannot store, and
-every partition in them is answered UNSUPPORTED_VERSION.
+v0-v2 carry legacy message sets (magic 0 and 1), which are converted to one v2 batch per partition before the
+owner sees them (kafscale/acceptor/legacy.py), as Kafka 3.9 converts them; v3+ carry v2 batches, which go to the
+owner as they came. Clients negotiate the highest common version, so only a client that knows nothing newer sends
+v0-v2 (sarama with an old Config.Version, kafka-go 0.2, kafka-python with api_version below (0, 11)).
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.acceptor import legacy
 from kafscale.acceptor.handlers.common import allowed, new_leader
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker, ProduceItem
@@ -29,7 +28,7 @@ from kafscale.protocol.produce_codec import (
 from kafscale.security.acl import Operation, ResourceType
 
 API_KEY, MIN_VERSION, MAX_VERSION = produce_codec.API_KEY, 0, 11
-FIRST_SERVED_VERSION = 3  # v0-v2 carry legacy (magic 0/1) message sets
+FIRST_V2_VERSION = 3  # v0-v2 carry legacy (magic 0/1) message sets
 
 
 # Not a coroutine: the answer is a future the shard completes from its callbacks (no task per
@@ -45,14 +44,18 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
             key = (topic.name, part.index)
             if not writable:
                 errors[key] = ProduceResult(int(ErrorCode.topic_authorization_failed))
-            elif ctx.api_version < FIRST_SERVED_VERSION:
-                errors[key] = ProduceResult(int(ErrorCode.unsupported_version))
             elif acks not in (-1, 0, 1):
                 errors[key] = ProduceResult(int(ErrorCode.invalid_required_acks))
             elif req.transactional_id is not None:
                 errors[key] = ProduceResult(int(ErrorCode.transactional_id_authorization_failed))
             elif part.records is None:
                 errors[key] = ProduceResult(int(ErrorCode.invalid_record), message="no records")
+            elif ctx.api_version < FIRST_V2_VERSION:
+                converted = legacy.produce_records(broker, topic.name, part.index, part.records)
+                if isinstance(converted, ProduceResult):
+                    errors[key] = converted
+                else:
+                    jobs.append((topic.name, part.index, converted))
             else:
                 jobs.append((topic.name, part.index, part.records))  # the reader's own copy
 

@@ -28,7 +28,7 @@ from kafscale.broker.packer import Packer
 from kafscale.broker.producer_state import BatchMeta, ProducerEntry, ProducerStates
 from kafscale.broker.read_path import ReadPath
 from kafscale.broker.stats import PartitionSink
-from kafscale.cluster import keys
+from kafscale.cluster import keys, topic_configs
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
@@ -263,12 +263,12 @@ class PartitionOwner:
             if h.is_transactional or h.is_control:
                 return AppendOutcome(ErrorCode.invalid_record,
                                      message="transactional and control batches are not supported")
-        max_bytes = configs.get("max.message.bytes")
-        if max_bytes is not None:
-            for _, h in batches:
-                if h.size > int(max_bytes):
-                    return AppendOutcome(ErrorCode.message_too_large,
-                                         message=f"batch of {h.size} bytes exceeds max.message.bytes")
+        # A topic that does not set it has Kafka's default (message.max.bytes), which bounds batches just the same.
+        max_bytes = int(configs.get("max.message.bytes", topic_configs.DEFAULTS["max.message.bytes"]))
+        for _, h in batches:
+            if h.size > max_bytes:
+                return AppendOutcome(ErrorCode.message_too_large,
+                                     message=f"batch of {h.size} bytes exceeds max.message.bytes")
         return None
 
     def _find_duplicate(self, batches: list[tuple[int, BatchHeader]]) -> AppendOutcome | None:

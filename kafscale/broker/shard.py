@@ -360,8 +360,8 @@ class ShardCore:
         except Exception as e:
             log.warning("timestamp lookup on %s-%d failed: %s", topic, partition, e)
             return OffsetResult(int(ErrorCode.kafka_storage_error))
-        if found is None:
-            return OffsetResult(0, -1 if timestamp >= 0 else owner.high_watermark)
+        if found is None:  # no record at or after the time; for -3, no record at all: Kafka answers -1 for both
+            return OffsetResult(0, -1)
         return OffsetResult(0, found[0], found[1])
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult:

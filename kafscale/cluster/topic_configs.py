@@ -1,8 +1,17 @@
-"""Topic configs the broker understands, their defaults and validation."""
+"""Topic configs the broker understands, their defaults and validation.
+
+Validation is Kafka's ConfigDef for the same configs: the same types (INT is 32-bit, LONG 64-bit), minimums and
+allowed strings, surrounding whitespace ignored, and a value stored the way Kafka stores it (parsed and written
+again: ' 5 ' is '5', a list loses repeats). Refusals are worded as Kafka words them, since tools print them verbatim.
+The configs Kafka has that Kafscale cannot honour (UNSUPPORTED: compaction, replicas, local log files, tiered
+storage...) are refused by name, and so are the values of a supported config that Kafscale cannot honour
+(cleanup.policy=compact); docs/compatibility.md lists them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from dataclasses import dataclass
 
 from kafscale.cluster.virtual import TOPIC_CONFIG as VIRTUAL_PARTITIONS
 
@@ -19,45 +28,102 @@ DEFAULTS: dict[str, str] = {
     "max.message.bytes": "1048588",
 }
 
-
-def _long(minimum: int) -> Callable[[str], str | None]:
-    def check(value: str) -> str | None:
-        try:
-            n = int(value)
-        except ValueError:
-            return f"expected an integer, got {value!r}"
-        return None if n >= minimum else f"must be >= {minimum}"
-    return check
+_RANGES = {"INT": (-(2**31), 2**31 - 1), "LONG": (-(2**63), 2**63 - 1)}
+_NUMBER = re.compile(r"[+-]?[0-9]+")
 
 
-def _one_of(*allowed: str) -> Callable[[str], str | None]:
-    def check(value: str) -> str | None:
-        return None if value in allowed else f"must be one of {', '.join(allowed)}"
-    return check
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One config as Kafka defines it (kind: INT, LONG, STRING or LIST), and what of it Kafscale honours."""
+
+    kind: str
+    minimum: int | None = None
+    allowed: tuple[str, ...] = ()  # Kafka's valid strings (list items), in the order its message names them
+    honoured: tuple[str, ...] = ()  # of those, the ones Kafscale implements (empty: all)
 
 
-VALIDATORS: dict[str, Callable[[str], str | None]] = {
-    "retention.ms": _long(-1),
-    "retention.bytes": _long(-1),
-    "segment.bytes": _long(14),
-    "compression.type": _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-    "cleanup.policy": _one_of("delete"),
-    "message.timestamp.type": _one_of("CreateTime", "LogAppendTime"),
-    "max.message.bytes": _long(0),
-    # The partitions clients see over the physical ones (kafscale.cluster.virtual).
-    VIRTUAL_PARTITIONS: _long(1),
+SPECS: dict[str, Spec] = {
+    "retention.ms": Spec("LONG", minimum=-1),
+    "retention.bytes": Spec("LONG"),
+    "segment.bytes": Spec("INT", minimum=1024 * 1024),
+    "compression.type": Spec("STRING", allowed=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+    "cleanup.policy": Spec("LIST", allowed=("compact", "delete"), honoured=("delete",)),
+    "message.timestamp.type": Spec("STRING", allowed=("CreateTime", "LogAppendTime")),
+    "max.message.bytes": Spec("INT", minimum=0),
+    # The partitions clients see over the physical ones (kafscale.cluster.virtual); Kafscale's own.
+    VIRTUAL_PARTITIONS: Spec("INT", minimum=1),
 }
+
+# Apache Kafka 4.4's topic configs that Kafscale refuses: log compaction (cleanup.policy=compact and its settings),
+# replication (min.insync.replicas, unclean election, replication throttles), the local log files and their
+# flushing (segments here are objects, flushed by `--flush-interval-ms`), tiered storage (all data is in the object
+# store already), per-codec compression levels, the dead letter queue of streams groups and record timestamp bounds.
+UNSUPPORTED = frozenset({
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "delete.retention.ms",
+    "errors.deadletterqueue.group.enable", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms", "max.decompressed.message.bytes",
+    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms", "min.insync.replicas", "preallocate", "remote.copy.lag.bytes", "remote.copy.lag.ms",
+    "remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable", "segment.index.bytes",
+    "segment.jitter.ms", "segment.ms", "unclean.leader.election.enable",
+})  # fmt: skip
+
+
+def _items(value: str) -> list[str]:
+    """A LIST value as Kafka splits it: trimmed, commas with any whitespace around them; '' is no items."""
+    text = value.strip()
+    return re.split(r"\s*,\s*", text) if text else []
+
+
+def value_problem(name: str, value: str) -> str | None:
+    """Why Kafka (or, for what it cannot honour, Kafscale) refuses this value of a known config, or None."""
+    spec = SPECS[name]
+    invalid = f"Invalid value {value} for configuration {name}"
+    text = value.strip()
+    if spec.kind in _RANGES:
+        low, high = _RANGES[spec.kind]
+        if _NUMBER.fullmatch(text) is None or not low <= int(text) <= high:
+            return f"{invalid}: Not a number of type {spec.kind}"
+        if spec.minimum is not None and int(text) < spec.minimum:
+            return f"{invalid}: Value must be at least {spec.minimum}"
+        return None
+    items = _items(value) if spec.kind == "LIST" else [text]
+    for item in items:
+        if item not in spec.allowed:
+            return f"Invalid value {item} for configuration {name}: String must be one of: {', '.join(spec.allowed)}"
+    if spec.honoured and (not items or any(item not in spec.honoured for item in items)):
+        return f"{invalid}: Kafscale supports only {', '.join(spec.honoured)}"
+    return None
+
+
+def name_problem(name: str) -> str | None:
+    if name in SPECS:
+        return None
+    if name in UNSUPPORTED:
+        return f"Topic config {name} is not supported by Kafscale (supported: {', '.join(sorted(SPECS))})"
+    return f"Unknown topic config name: {name}"
+
+
+def canonical(name: str, value: str) -> str:
+    """A valid value as Kafka stores it: numbers and strings trimmed, a list without repeats."""
+    spec = SPECS[name]
+    if spec.kind in _RANGES:
+        return str(int(value.strip()))
+    if spec.kind == "LIST":
+        return ",".join(dict.fromkeys(_items(value)))
+    return value.strip()
 
 
 def validate(configs: dict[str, str | None]) -> str | None:
-    """An error message naming the first bad config, or None."""
+    """CreateTopics' check: an error message naming the first bad config, or None."""
     for name, value in configs.items():
-        check = VALIDATORS.get(name)
-        if check is None:
-            return f"unsupported topic config {name!r} (supported: {', '.join(sorted(VALIDATORS))})"
-        if value is None:
-            return f"topic config {name!r} needs a value"
-        problem = check(value)
+        problem = name_problem(name)
         if problem:
-            return f"invalid value {value!r} for topic config {name!r}: {problem}"
+            return problem
+        if value is None:
+            return f"Null value not supported for topic configs: {name}"
+        problem = value_problem(name, value)
+        if problem:
+            return problem
     return None

@@ -203,9 +203,9 @@ class GroupCoordinator:
             if g.state is not State.EMPTY:
                 if g.protocol_type != "consumer":
                     return ErrorCode.non_empty_group, {}
-                topics = g.subscribed_topics() or set()
+                topics = g.subscribed_topics()  # None: not known (a subscription that does not parse)
                 for tp in partitions:
-                    if tp[0] in topics:
+                    if topics is None or tp[0] in topics:  # unknown counts as subscribed, as in Kafka
                         errors[tp] = ErrorCode.group_subscribed_to_topic
             gone = [tp for tp, e in errors.items() if e == ErrorCode.none and tp in self.offsets]
             deletes: list[Op] = [Delete(keys.group_offset(self.group_id, *tp)) for tp in gone]

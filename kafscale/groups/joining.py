@@ -60,9 +60,9 @@ def join(group: Group, now: float, *, ticket: int, member_id: str, instance_id: 
 def _current_member_join(group: Group, now: float, ticket: int, member_id: str,
                          spec: dict[str, Any]) -> JoinResult | None:
     instance_id = spec["instance_id"]
-    if group.is_fenced(instance_id, member_id):
-        return JoinResult(ErrorCode.fenced_instance_id, member_id)
-    if member_id not in group.members or (instance_id is not None and instance_id not in group.static_members):
+    if (static := group.static_error(instance_id, member_id)) != ErrorCode.none:
+        return JoinResult(static, member_id)
+    if member_id not in group.members:
         return JoinResult(ErrorCode.unknown_member_id, member_id)
     member = group.members[member_id]
     same = member.protocols == spec["protocols"]

@@ -67,9 +67,16 @@ class Group:
     def all_members_joined(self) -> bool:
         return not self.pending_members and all(m.join_ticket is not None for m in self.members.values())
 
-    def is_fenced(self, instance_id: str | None, member_id: str) -> bool:
-        """A static member's id was replaced by a newer instance with the same group.instance.id."""
-        return instance_id is not None and self.static_members.get(instance_id, member_id) != member_id
+    def static_error(self, instance_id: str | None, member_id: str) -> ErrorCode:
+        """Kafka's check of a group.instance.id a request names: it must be a static member's (else
+        UNKNOWN_MEMBER_ID) and that member must be this one (else FENCED_INSTANCE_ID: a newer instance with the
+        same group.instance.id replaced it)."""
+        if instance_id is None:
+            return ErrorCode.none
+        current = self.static_members.get(instance_id)
+        if current is None:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none if current == member_id else ErrorCode.fenced_instance_id
 
     def supports(self, protocol_type: str, names: set[str]) -> bool:
         if self.state is State.EMPTY:
@@ -198,8 +205,8 @@ class Group:
              assignments: dict[str, bytes]) -> SyncResult | None:
         if self.state is State.DEAD:
             return SyncResult(ErrorCode.coordinator_not_available)
-        if self.is_fenced(instance_id, member_id):
-            return SyncResult(ErrorCode.fenced_instance_id)
+        if (static := self.static_error(instance_id, member_id)) != ErrorCode.none:
+            return SyncResult(static)
         if member_id not in self.members:
             return SyncResult(ErrorCode.unknown_member_id)
         if generation != self.generation:
@@ -284,8 +291,8 @@ class Group:
     def _check_member(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
         if self.state is State.DEAD:
             return ErrorCode.coordinator_not_available
-        if self.is_fenced(instance_id, member_id):
-            return ErrorCode.fenced_instance_id
+        if (static := self.static_error(instance_id, member_id)) != ErrorCode.none:
+            return static
         if member_id not in self.members:
             return ErrorCode.unknown_member_id
         if generation != self.generation:
@@ -309,8 +316,8 @@ class Group:
                 self._try_complete_join(now)
                 errors.append(ErrorCode.none)
                 continue
-            elif self.is_fenced(instance_id, member_id):
-                errors.append(ErrorCode.fenced_instance_id)
+            elif (static := self.static_error(instance_id, member_id)) != ErrorCode.none:
+                errors.append(static)
                 continue
             elif member_id not in self.members:
                 errors.append(ErrorCode.unknown_member_id)

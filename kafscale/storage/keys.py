@@ -121,16 +121,17 @@ def _object_key(namespace: str, topic: str, partition: int, base_offset: int, su
 
 
 def topic_name_problem(name: str | None) -> str | None:
-    """Kafka's topic name rules, the one copy of them; None when the name is legal."""
+    """Kafka's topic name rules, the one copy of them, and its words for a broken one; None when the name is legal."""
     if not name:
-        return "topic name is empty"
+        return "Topic name is invalid: the empty string is not allowed"
     # "." and ".." are legal characters but not legal names (and would be path traversal on disk).
     if name in (".", ".."):
-        return f"topic name {name!r} is not allowed"
+        return f"Topic name is invalid: '{name}' is not allowed"
     if len(name) > MAX_TOPIC_NAME:
-        return f"topic name is longer than {MAX_TOPIC_NAME} characters"
+        return f"Topic name is invalid: the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME}"
     if _TOPIC_RE.fullmatch(name) is None:
-        return f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'"
+        return (f"Topic name is invalid: '{name}' contains one or more characters other than ASCII alphanumerics, "
+                "'.', '_' and '-'")
     return None
 
 

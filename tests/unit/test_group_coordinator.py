@@ -122,6 +122,23 @@ async def test_delete_group_needs_it_empty_and_removes_offsets(store: EmbeddedSt
     await r.close()
 
 
+async def test_offset_delete_keeps_offsets_an_active_group_may_read(store: EmbeddedStore) -> None:
+    """A subscription that does not parse (join_one's metadata) tells nothing of what the group reads: as in Kafka,
+    every topic counts as subscribed, so no offset goes until the group is Empty."""
+    r = await registry(store)
+    member, generation = await join_one(r, "g")
+    coordinator = await r.get("g")
+    assert coordinator is not None
+    await coordinator.commit(member, None, generation, [("t", 0, entry(5)), ("u", 0, entry(6))])
+    subscribed = {("u", 0): ErrorCode.group_subscribed_to_topic}
+    assert await coordinator.delete_offsets([("u", 0)]) == (ErrorCode.none, subscribed)
+    assert set(coordinator.offsets) == {("t", 0), ("u", 0)}
+    await coordinator.leave([(member, None)])
+    assert await coordinator.delete_offsets([("u", 0)]) == (ErrorCode.none, {("u", 0): ErrorCode.none})
+    assert set(coordinator.offsets) == {("t", 0)}
+    await r.close()
+
+
 async def test_offsets_of_an_empty_group_expire_and_the_group_goes(store: EmbeddedStore) -> None:
     r = await registry(store)
     member, generation = await join_one(r, "g")

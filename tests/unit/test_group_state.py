@@ -244,6 +244,23 @@ def test_static_member_rejoin_keeps_assignment_and_fences_the_old_id() -> None:
     assert not g.members and g.state is State.EMPTY
 
 
+def test_a_group_instance_id_the_group_does_not_know_is_an_unknown_member() -> None:
+    """Kafka's validateMember: a request naming a group.instance.id must name one of the group's static members,
+    even when its member id is a current (dynamic) member's; a known one naming another member id is fenced."""
+    g, (a, _) = stable_group(2)
+    generation = g.generation
+    assert g.heartbeat(1.0, a, None, generation) == ErrorCode.none
+    assert g.heartbeat(1.0, a, "nobody", generation) == ErrorCode.unknown_member_id
+    assert g.check_commit(1.0, a, "nobody", generation) == ErrorCode.unknown_member_id
+    assert sync(g, 1.0, a, generation, instance="nobody")[1] == SyncResult(ErrorCode.unknown_member_id)
+    assert g.leave(1.0, [(a, "nobody")]) == (ErrorCode.none, [ErrorCode.unknown_member_id])
+    assert a in g.members and g.state is State.STABLE  # nothing changed
+    join(g, 1.0, instance="i1")  # a static member joins (and waits at the barrier)
+    static = g.static_members["i1"]
+    assert g.heartbeat(1.1, a, "i1", g.generation) == ErrorCode.fenced_instance_id  # i1 is not a's instance
+    assert g.static_error("i1", static) == ErrorCode.none and g.static_error(None, "anyone") == ErrorCode.none
+
+
 def test_batch_leave_reports_each_member() -> None:
     g, (a, b) = stable_group(2)
     error, errors = g.leave(1.0, [(a, None), ("nobody", None), (b, None)])

@@ -17,6 +17,9 @@ API_KEY, MIN_VERSION, MAX_VERSION = 33, 0, 2
 
 
 async def alter(broker: Broker, res: Any, validate_only: bool) -> None:
+    for c in res.configs:
+        if c.value is None:
+            raise cr.refuse_null(c.name)
     await cr.alter_topic(broker, res.resource_name, {c.name: c.value for c in res.configs}, replace=True,
                          validate_only=validate_only)
 

@@ -48,6 +48,11 @@ TOPIC_CONFIGS: dict[str, tuple[str, int, str]] = {
 }
 
 
+# Kafka lists no broker default among these configs' synonyms: log.retention.ms has no default of its own (the
+# week comes from log.retention.hours, which Kafka does not name there).
+_NO_DEFAULT_SYNONYM = frozenset({"retention.ms"})
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigEntry:
     name: str
@@ -75,19 +80,19 @@ def topic_defaults(broker: Broker) -> dict[str, str]:
 def topic_entries(broker: Broker, configs: dict[str, str]) -> list[ConfigEntry]:
     defaults = topic_defaults(broker)
     entries = []
-    for name in sorted(defaults.keys() | configs.keys() & topic_configs.VALIDATORS.keys()):
+    for name in sorted(defaults.keys() | configs.keys() & topic_configs.SPECS.keys()):
         synonym, kind, doc = TOPIC_CONFIGS.get(name, (name, TYPE_STRING, None))
         if name not in defaults:  # set at creation, with no default (kafscale.virtual.partitions)
             entries.append(ConfigEntry(name, configs[name], SOURCE_DYNAMIC_TOPIC, read_only=True, config_type=kind,
                                        documentation=doc, synonyms=((name, configs[name], SOURCE_DYNAMIC_TOPIC),)))
             continue
-        default = (synonym, defaults[name], SOURCE_DEFAULT)
+        default = () if name in _NO_DEFAULT_SYNONYM else ((synonym, defaults[name], SOURCE_DEFAULT),)
         if name in configs:
             entries.append(ConfigEntry(name, configs[name], SOURCE_DYNAMIC_TOPIC, config_type=kind, documentation=doc,
-                                       synonyms=((name, configs[name], SOURCE_DYNAMIC_TOPIC), default)))
+                                       synonyms=((name, configs[name], SOURCE_DYNAMIC_TOPIC), *default)))
         else:
             entries.append(ConfigEntry(name, defaults[name], SOURCE_DEFAULT, config_type=kind, documentation=doc,
-                                       synonyms=(default,)))
+                                       synonyms=default))
     return entries
 
 
@@ -145,21 +150,22 @@ def refuse_broker_change() -> ConfigProblem:
 
 async def alter_topic(broker: Broker, name: str, change: dict[str, str | None], *, replace: bool,
                       validate_only: bool) -> None:
-    """Set (value) or remove (None) topic configs; replace=True drops every config not named (AlterConfigs).
-    Raises ConfigProblem with Kafka's error code."""
+    """Set (value) or remove (None: removing a config that is not set, or not known, does nothing, as in Kafka)
+    topic configs; replace=True drops every config not named (AlterConfigs). Raises ConfigProblem with Kafka's
+    error code and message."""
     current = await broker.topics.get(name)
     if current is None:
-        raise ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        raise ConfigProblem(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
+    for key, value in change.items():
+        if value is None:
+            continue
+        problem = topic_configs.name_problem(key) or topic_configs.value_problem(key, value)
+        if problem:
+            raise ConfigProblem(ErrorCode.invalid_config, problem)
+        change[key] = topic_configs.canonical(key, value)
     for key in topic_configs.FIXED_AT_CREATION & change.keys():
         if change[key] != current.configs.get(key):
             raise ConfigProblem(ErrorCode.invalid_config, f"topic config {key!r} is set at creation and cannot change")
-    problem = topic_configs.validate({k: v for k, v in change.items() if v is not None or replace})
-    if problem is None:
-        unknown = [k for k, v in change.items() if v is None and k not in topic_configs.VALIDATORS]
-        if unknown:
-            problem = topic_configs.validate({unknown[0]: ""})
-    if problem:
-        raise ConfigProblem(ErrorCode.invalid_config, problem)
     if validate_only:
         return
 
@@ -213,4 +219,9 @@ def _check_alterable(res: Any) -> None:
         raise ConfigProblem(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
-        raise ConfigProblem(ErrorCode.invalid_request, "a config is named twice")
+        raise ConfigProblem(ErrorCode.invalid_request, "Error due to duplicate config keys")
+
+
+def refuse_null(name: str) -> ConfigProblem:
+    """A config set to null (AlterConfigs, or IncrementalAlterConfigs' SET, APPEND, SUBTRACT): Kafka's answer."""
+    return ConfigProblem(ErrorCode.invalid_request, f"Null value not supported for : {name}")

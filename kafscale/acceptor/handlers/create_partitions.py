@@ -1,7 +1,7 @@
 """CreatePartitions v0-v3: add partitions to a topic; existing partitions and their data stay as they are.
 
 New partitions are placed on shards as CreateTopics would have placed them, and start empty at offset 0.
-Kafka's messages for a count that is not an increase are kept, since tools show them verbatim.
+Kafka's messages for a count that is not an increase are kept (Kafka 4's words), since tools show them verbatim.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed, make, response_module
-from kafscale.acceptor.handlers.create_topics import MAX_PARTITIONS
+from kafscale.acceptor.handlers.create_topics import MAX_PARTITIONS, too_many_partitions
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
 from kafscale.cluster.placement import spread
@@ -35,10 +35,10 @@ def grow(broker: Broker, count: int) -> Any:
                                                          f"{info.physical} physical): their count is fixed at "
                                                          "creation.")
         if count < info.partitions:
-            raise _Refused(ErrorCode.invalid_partitions, f"Topic currently has {info.partitions} partitions,"
-                                                         f" which is higher than the requested {count}.")
+            raise _Refused(ErrorCode.invalid_partitions, f"The topic {info.name} currently has {info.partitions} "
+                                                         f"partition(s); {count} would not be an increase.")
         if count == info.partitions:
-            raise _Refused(ErrorCode.invalid_partitions, f"Topic already has {info.partitions} partitions.")
+            raise _Refused(ErrorCode.invalid_partitions, f"Topic already has {info.partitions} partition(s).")
         added = spread(info.name, count, broker.placement.accepting_ids(), first=info.partitions)
         epochs = [*info.leader_epochs, *[0] * (count - len(info.leader_epochs))]
         return dataclasses.replace(info, partitions=count, placement=[*info.placement, *added], leader_epochs=epochs)
@@ -51,7 +51,7 @@ async def create(broker: Broker, topic: Any, validate_only: bool) -> None:
         raise _Refused(ErrorCode.invalid_request, "manual partition assignment is not supported:"
                                                   " leave assignments empty and partitions are placed on shards")
     if count > MAX_PARTITIONS:
-        raise _Refused(ErrorCode.invalid_partitions, f"number of partitions must be at most {MAX_PARTITIONS}")
+        raise _Refused(*too_many_partitions(count))
     info = await broker.topics.get(topic.name)
     if info is None:
         raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {topic.name!r} does not exist")

@@ -20,22 +20,42 @@ API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
 _ZERO_UUID = uuid.UUID(int=0)
 
 
+def too_many_partitions(count: int) -> tuple[ErrorCode, str]:
+    """Kafka refuses more partitions than it creates in one request with POLICY_VIOLATION (its limit is 10,000 per
+    request; Kafscale's is MAX_PARTITIONS per topic)."""
+    return ErrorCode.policy_violation, f"Excessively large number of partitions: {count} (at most {MAX_PARTITIONS})."
+
+
+def collision(broker: Broker, name: str) -> str | None:
+    """Kafka refuses a name that differs from an existing topic's only in '.' against '_' (their metric names
+    would be the same)."""
+    if "." not in name and "_" not in name:
+        return None
+    flat = name.replace(".", "_")
+    other = next((t for t in broker.topics.topics if t != name and t.replace(".", "_") == flat), None)
+    return None if other is None else f"Topic '{name}' collides with existing topic: {other}"
+
+
 async def create(broker: Broker, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, Any]:
     name = topic.name
-    problem = topic_name_problem(name)
+    problem = topic_name_problem(name) or collision(broker, name)
     if problem:
         return ErrorCode.invalid_topic_exception, problem, None
     if topic.assignments:
         return ErrorCode.invalid_request, "manual replica assignment is not supported", None
     requested = None if int(topic.num_partitions) == -1 else int(topic.num_partitions)
-    if requested is not None and not 0 < requested <= MAX_PARTITIONS:
-        return ErrorCode.invalid_partitions, f"number of partitions must be 1..{MAX_PARTITIONS}", None
+    if requested is not None and requested <= 0:
+        return ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value.", None
+    if requested is not None and requested > MAX_PARTITIONS:
+        return *too_many_partitions(requested), None
     if int(topic.replication_factor) == 0 or int(topic.replication_factor) < -1:
-        return ErrorCode.invalid_replication_factor, "replication factor must be -1 or positive", None
+        return (ErrorCode.invalid_replication_factor,
+                "Replication factor must be larger than 0, or -1 to use the default value.", None)
     configs = {c.name: c.value for c in topic.configs}
     problem = topic_configs.validate(configs)
     if problem:
         return ErrorCode.invalid_config, problem, None
+    configs = {k: topic_configs.canonical(k, v) for k, v in configs.items() if v is not None}
     try:
         layout = broker.topics.layout(name, requested, broker.config.default_partitions, configs)
     except MappingError as e:
@@ -43,7 +63,7 @@ async def create(broker: Broker, topic: Any, validate_only: bool) -> tuple[Error
     except OutOfRangeError as e:
         return ErrorCode.invalid_partitions, str(e), None
     if layout.partitions > MAX_PARTITIONS:
-        return ErrorCode.invalid_partitions, f"number of partitions must be 1..{MAX_PARTITIONS}", None
+        return *too_many_partitions(layout.partitions), None
     try:
         info = await broker.topics.create(name, layout.partitions, broker.placement.accepting_ids(), layout.configs,
                                           validate_only, physical=layout.physical)

@@ -10,6 +10,7 @@ from kafscale.acceptor.handlers import config_resources as cr
 from kafscale.acceptor.handlers.common import NO_THROTTLE, make, response_module
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
+from kafscale.cluster.topics import topic_name_problem
 from kafscale.security.acl import Operation
 
 API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
@@ -17,6 +18,9 @@ API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
 
 async def entries_for(broker: Broker, resource_type: int, name: str) -> list[cr.ConfigEntry]:
     if resource_type == cr.RESOURCE_TOPIC:
+        problem = topic_name_problem(name)
+        if problem:
+            raise cr.ConfigProblem(ErrorCode.invalid_topic_exception, problem)
         info = await broker.topics.get(name)
         if info is None:
             raise cr.ConfigProblem(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")

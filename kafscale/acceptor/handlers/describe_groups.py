@@ -1,7 +1,7 @@
 """DescribeGroups v0-v5: state, protocol, and members with client id, host, metadata and assignment.
 
-As in Kafka, metadata and assignments are shown only while the group is Stable, and a group that does not
-exist is reported as Dead without an error.
+As in Kafka 4, a member's metadata is shown only while the group is Stable, its current assignment in every state,
+and a group that does not exist is reported as Dead without an error.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.instance_id,
                     client_id=m.client_id, client_host=m.client_host,
                     member_metadata=m.metadata(g.protocol_name) if stable else b"",
-                    member_assignment=m.assignment if stable else b"") for m in g.members.values()),
+                    member_assignment=m.assignment) for m in g.members.values()),
             }
         groups.append(make(mod.DescribedGroup, error_code=error, group_id=group_id,
                            authorized_operations=_operations(broker, ctx, group_id) if wanted else NOT_REQUESTED,

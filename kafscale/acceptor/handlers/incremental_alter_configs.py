@@ -15,6 +15,7 @@ from kafscale.acceptor.handlers import config_resources as cr
 from kafscale.acceptor.handlers.common import NO_THROTTLE, make, response_module
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
+from kafscale.cluster import topic_configs
 
 API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 1
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -26,18 +27,20 @@ async def alter(broker: Broker, res: Any, validate_only: bool) -> None:
     change: dict[str, str | None] = {}
     for c in res.configs:
         op = int(c.config_operation)
+        if op in (OP_SET, OP_APPEND, OP_SUBTRACT) and c.value is None:
+            raise cr.refuse_null(c.name)
         if op == OP_SET:
             change[c.name] = c.value
         elif op == OP_DELETE:
             change[c.name] = None
         elif op in (OP_APPEND, OP_SUBTRACT):
-            kind = cr.TOPIC_CONFIGS.get(c.name, ("", cr.TYPE_STRING, ""))[1]
-            if kind != cr.TYPE_LIST:
-                verb = "append" if op == OP_APPEND else "subtract"
+            spec = topic_configs.SPECS.get(c.name)
+            if spec is None or spec.kind != "LIST":
+                verb = "APPEND" if op == OP_APPEND else "SUBTRACT"
                 raise cr.ConfigProblem(ErrorCode.invalid_config,
-                                       f"config value {verb} is not allowed for config key {c.name!r}")
+                                       f"Can't {verb} to key {c.name} because its type is not LIST.")
             items = [v for v in (current.get(c.name) or "").split(",") if v]
-            given = [v for v in (c.value or "").split(",") if v]
+            given = [v.strip() for v in c.value.split(",") if v.strip()]
             if op == OP_APPEND:
                 items += [v for v in given if v not in items]
             else:

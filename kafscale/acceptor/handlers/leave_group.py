@@ -1,4 +1,5 @@
-"""LeaveGroup v0-v4: one member (v0-v2) or a batch (v3+, static members also by group.instance.id alone)."""
+"""LeaveGroup v0-v5: one member (v0-v2) or a batch (v3+, static members also by group.instance.id alone); v5
+members may say why they leave (KIP-800), which only Kafka's log shows, so it is not kept."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 4
+API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 5
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:

@@ -54,7 +54,7 @@ async def resolve(broker: Broker, ctx: RequestContext, name: str,
     with contextlib.suppress(TopicExistsError):
         await broker.topics.create(name, layout.partitions, broker.placement.accepting_ids(), layout.configs,
                                    physical=layout.physical)
-    # Kafka answers LEADER_NOT_AVAILABLE for a topic it has just created; ours is usable at once.
+    # Kafka (KRaft) answers UNKNOWN_TOPIC_OR_PARTITION while it creates the topic; ours is usable at once.
     return ErrorCode.none, await broker.topics.get(name)
 
 

@@ -9,8 +9,15 @@ JSSTAMP  := $(KAFKAJS)/node_modules/.installed
 REFPOM   := tests/reference/pom.xml
 REFLIB   := tests/reference/lib
 REFSTAMP := $(REFLIB)/.installed
+GOCLIENTS  := tests/clients/go
+GOSTAMP    := $(GOCLIENTS)/bin/.built
+RUSTCLIENT := tests/clients/rust
+RUSTSTAMP  := $(RUSTCLIENT)/target/.built
+JVMPOM   := tests/jvm/pom.xml
+JVMLIB   := tests/jvm/lib
+JVMCLIENTS := 4.4.0 3.9.2 3.0.2 2.8.2
 
-.PHONY: run test test-unit bench lint install system-deps reference-kafka clean
+.PHONY: run test test-unit bench lint install system-deps reference-kafka clean go-clients rust-client compat
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,13 +36,42 @@ $(JSSTAMP): $(KAFKAJS)/package.json $(KAFKAJS)/package-lock.json | $(SYSSTAMP)
 	touch $@
 
 # Apache Kafka's jars for the reference broker (kafscale/testing/kafka_reference.py, tests/differential):
-# 4.4.0 and 3.9.2 in $(REFLIB)/<version>/. Maven keeps its downloads in ~/.m2, once per machine; a changed pom
-# copies both sets afresh from there.
-$(REFSTAMP): $(REFPOM) | $(SYSSTAMP)
-	rm -rf $(REFLIB)
+# 4.4.0 and 3.9.2 in $(REFLIB)/<version>/; and the Java client that tests/jvm drives, kafka-clients $(JVMCLIENTS)
+# in $(JVMLIB)/clients-<version>/ (Kafka's tools run from $(REFLIB)/4.4.0). Maven keeps its downloads in ~/.m2,
+# once per machine; a changed pom copies every set afresh from there.
+$(REFSTAMP): $(REFPOM) $(JVMPOM) | $(SYSSTAMP)
+	rm -rf $(REFLIB) $(JVMLIB)
 	mvn -q -B -f $(REFPOM) -P kafka-4.4.0 dependency:copy-dependencies
 	mvn -q -B -f $(REFPOM) -P kafka-3.9.2 dependency:copy-dependencies
+	for v in $(JVMCLIENTS); do mvn -q -B -f $(JVMPOM) -P clients-$$v dependency:copy-dependencies || exit 1; done
 	touch $@
+
+# The Go clients of tests/integration/test_go_rust_clients.py, into $(GOCLIENTS)/bin (gitignored): franz-go, sarama
+# and kafka-go from the Go module proxy at the versions go.sum pins (the module cache, ~/go/pkg/mod, keeps them once
+# per machine), and Debian's sarama 1.22.1 and kafka-go 0.2.1 (scripts/install-system-deps.sh) in GOPATH mode.
+$(GOSTAMP): $(GOCLIENTS)/go.mod $(GOCLIENTS)/go.sum $(wildcard $(GOCLIENTS)/cmd/*/*.go $(GOCLIENTS)/internal/*/*.go \
+		$(GOCLIENTS)/_debian/*/*.go) | $(SYSSTAMP)
+	cd $(GOCLIENTS) && go build -mod=readonly -o bin/ ./cmd/...
+	for client in sarama kafkago; do \
+		(cd $(GOCLIENTS)/_debian/$$client && GO111MODULE=off GOFLAGS= GOPATH=$(CURDIR)/$(GOCLIENTS)/bin/gopath:/usr/share/gocode \
+		 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" go build -o ../../bin/$$client-debian .) || exit 1; \
+	done
+	touch $@
+
+# rskafka (pure Rust) from crates.io at the versions Cargo.lock pins, into $(RUSTCLIENT)/target (gitignored).
+$(RUSTSTAMP): $(RUSTCLIENT)/Cargo.toml $(RUSTCLIENT)/Cargo.lock $(wildcard $(RUSTCLIENT)/src/*.rs) | $(SYSSTAMP)
+	cargo build --release --locked --quiet --manifest-path $(RUSTCLIENT)/Cargo.toml
+	touch $@
+
+go-clients: $(GOSTAMP)
+
+rust-client: $(RUSTSTAMP)
+
+# franz-go's own integration tests (pkg/kgo, at the version $(GOCLIENTS)/go.mod pins) against `kafscale serve` and
+# against Apache Kafka 4.4.0; prints both pass counts and what fails only on kafscale (docs/compatibility.md).
+# Not part of `make test`: it takes long. COMPAT_ARGS, e.g. "--records 20000 --run TestGroupETL".
+compat: $(STAMP) $(REFSTAMP) $(GOSTAMP)
+	$(BIN)/python scripts/franz_go_compat.py $(COMPAT_ARGS)
 
 install: $(STAMP)
 
@@ -46,7 +82,7 @@ reference-kafka: $(REFSTAMP)
 run: $(STAMP)
 	$(BIN)/kafscale serve --listen 127.0.0.1:9092 --data-dir ./data
 
-test: $(STAMP) $(SYSSTAMP) $(JSSTAMP) $(REFSTAMP)
+test: $(STAMP) $(SYSSTAMP) $(JSSTAMP) $(REFSTAMP) $(GOSTAMP) $(RUSTSTAMP)
 	$(BIN)/ruff check kafscale tests benchmarks
 	scripts/pytest-with-backtrace.sh $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
@@ -63,4 +99,4 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis $(REFLIB)
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis $(REFLIB) $(JVMLIB) tests/jvm/build $(GOCLIENTS)/bin $(RUSTCLIENT)/target

@@ -10,6 +10,8 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; 
     need+=(openjdk-17-jre-headless)
 fi
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+# javac compiles tests/jvm's driver against each Java client version (tests/jvm/harness.py)
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 # Node.js and npm run kafkajs (tests/integration/test_security_clients.py)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
@@ -22,6 +24,11 @@ test -x /usr/sbin/sshd || need+=(openssh-server)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
 # gdb prints the native backtrace if the test process itself crashes (scripts/pytest-with-backtrace.sh)
 command -v gdb >/dev/null 2>&1 || need+=(gdb)
+# Debian's old Go clients, built in GOPATH mode from /usr/share/gocode as the old-protocol cases of
+# tests/integration/test_go_rust_clients.py: sarama 1.22.1 and kafka-go 0.2.1 (their dependencies come along,
+# libzstd-dev for sarama's cgo zstd among them)
+test -d /usr/share/gocode/src/github.com/Shopify/sarama || need+=(golang-github-shopify-sarama-dev)
+test -d /usr/share/gocode/src/github.com/segmentio/kafka-go || need+=(golang-github-segmentio-kafka-go-dev)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

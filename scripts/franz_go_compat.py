@@ -97,7 +97,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=20_000, help="KGO_TEST_RECORDS (franz-go's default: 500000)")
     parser.add_argument("--run", default="", help="only the tests matching this regexp (go test -run)")
-    parser.add_argument("--timeout", default="45m", help="the test binary's timeout per broker")
+    parser.add_argument("--timeout", default="20m", help="the test binary's timeout per broker")
     parser.add_argument("--shards", type=int, default=2, help="kafscale serve --shards-per-node")
     parser.add_argument("--log-level", default="none", help="KGO_LOG_LEVEL: none, info or debug")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "compat", help="where the outputs are kept")

@@ -29,7 +29,11 @@ fn record(partition: i32, i: i64, base_ms: i64) -> Record {
     headers.insert("h".to_string(), i.to_string().into_bytes());
     Record {
         key: Some(format!("k-{partition}-{i}").into_bytes()),
-        value: if i % 7 == 6 { None } else { Some(format!("v-{partition}-{i}").into_bytes()) },
+        value: if i % 7 == 6 {
+            None
+        } else {
+            Some(format!("v-{partition}-{i}").into_bytes())
+        },
         headers,
         timestamp: DateTime::<Utc>::from_timestamp_millis(base_ms + i).expect("timestamp"),
     }
@@ -43,7 +47,10 @@ fn text(bytes: &Option<Vec<u8>>) -> Value {
 }
 
 async fn run(spec: &Value) -> Result<Value, Box<dyn std::error::Error>> {
-    let bootstrap = spec["bootstrap"].as_str().ok_or("no bootstrap")?.to_string();
+    let bootstrap = spec["bootstrap"]
+        .as_str()
+        .ok_or("no bootstrap")?
+        .to_string();
     let topic = spec["topic"].as_str().ok_or("no topic")?.to_string();
     let partitions = spec["partitions"].as_i64().unwrap_or(1) as i32;
     let batch = spec["batch"].as_i64().unwrap_or(10);
@@ -53,7 +60,10 @@ async fn run(spec: &Value) -> Result<Value, Box<dyn std::error::Error>> {
         .client_id("kafscale-rskafka")
         .build()
         .await?;
-    client.controller_client()?.create_topic(&topic, partitions, 1, 10_000).await?;
+    client
+        .controller_client()?
+        .create_topic(&topic, partitions, 1, 10_000)
+        .await?;
     // A new topic reaches every broker's metadata cache a little later (Kafka's): list until it is there.
     let mut listed: Vec<Value> = Vec::new();
     for _ in 0..100 {
@@ -72,7 +82,9 @@ async fn run(spec: &Value) -> Result<Value, Box<dyn std::error::Error>> {
 
     let mut out = Vec::new();
     for p in 0..partitions {
-        let pc = client.partition_client(topic.as_str(), p, UnknownTopicHandling::Retry).await?;
+        let pc = client
+            .partition_client(topic.as_str(), p, UnknownTopicHandling::Retry)
+            .await?;
         let mut produced = Vec::new(); // [codec, [offsets]] per batch
         let mut i = 0i64;
         for (name, codec) in CODECS {
@@ -90,7 +102,9 @@ async fn run(spec: &Value) -> Result<Value, Box<dyn std::error::Error>> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while next < latest {
             if std::time::Instant::now() > deadline {
-                return Err(format!("partition {p}: fetched up to {next} of {latest} in 30 s").into());
+                return Err(
+                    format!("partition {p}: fetched up to {next} of {latest} in 30 s").into(),
+                );
             }
             let (records, hw) = pc.fetch_records(next, 1..1_000_000, 500).await?;
             high_watermark = hw;
@@ -99,8 +113,12 @@ async fn run(spec: &Value) -> Result<Value, Box<dyn std::error::Error>> {
                     continue; // a fetch returns whole batches: the start of one already read
                 }
                 next = r.offset + 1;
-                let headers: BTreeMap<String, Value> =
-                    r.record.headers.iter().map(|(k, v)| (k.clone(), text(&Some(v.clone())))).collect();
+                let headers: BTreeMap<String, Value> = r
+                    .record
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), text(&Some(v.clone()))))
+                    .collect();
                 fetched.push(json!({
                     "offset": r.offset,
                     "key": text(&r.record.key),
@@ -120,7 +138,9 @@ async fn run(spec: &Value) -> Result<Value, Box<dyn std::error::Error>> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let arg = std::env::args().nth(1).expect("usage: rskafka-roundtrip JSON-SPEC");
+    let arg = std::env::args()
+        .nth(1)
+        .expect("usage: rskafka-roundtrip JSON-SPEC");
     let spec: Value = serde_json::from_str(&arg).expect("spec is JSON");
     let timeout = Duration::from_secs(spec["timeout_s"].as_u64().unwrap_or(60));
     match tokio::time::timeout(timeout, run(&spec)).await {
@@ -130,7 +150,10 @@ async fn main() {
             std::process::exit(1);
         }
         Err(_) => {
-            println!("{}", json!({"client": "rskafka", "error": format!("timed out after {timeout:?}")}));
+            println!(
+                "{}",
+                json!({"client": "rskafka", "error": format!("timed out after {timeout:?}")})
+            );
             std::process::exit(1);
         }
     }

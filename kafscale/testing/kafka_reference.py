@@ -267,8 +267,9 @@ class ReferenceKafka:
 
     def _format(self, timeout: float) -> None:
         config = str(self.dir / "server.properties")
-        done = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", config),
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        # --cluster-id=ID, not -t ID: a random id starts with '-' one time in 64, which argparse takes for an option
+        command = self._java("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}", "-c", config)
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
         if done.returncode != 0:
             output = (done.stdout + done.stderr).decode(errors="replace").strip()
             raise RuntimeError(f"Kafka {self.version} StorageTool format exited with {done.returncode}: {output}")

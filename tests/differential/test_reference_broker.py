@@ -4,6 +4,7 @@ creates a topic, produces, consumes and lists offsets on it. The differential ca
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -66,3 +67,14 @@ def test_create_produce_consume_and_list_offsets(reference: ReferenceKafka, topi
 
     assert list_offsets(OffsetSpec.earliest()) == {0: 0, 1: 0}
     assert list_offsets(OffsetSpec.latest()) == {0: 5, 1: 1}
+
+
+def test_a_cluster_id_that_starts_with_a_dash_formats(tmp_path: Path) -> None:
+    """A random Kafka Uuid starts with '-' one time in 64; StorageTool took `-t -…` for a missing argument."""
+    kafka = ReferenceKafka("4.4.0", parent_dir=tmp_path)
+    kafka.cluster_id = "-" + "A" * 21
+    with kafka:
+        with KafkaWire(kafka.port) as wire:
+            answer = wire.call(make(request_class(API_VERSIONS, 3), client_software_name="kafscale-differential",
+                                    client_software_version="1"))
+        assert answer.error_code == 0

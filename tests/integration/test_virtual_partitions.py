@@ -140,7 +140,7 @@ def test_a_virtual_topics_config_is_shown_and_cannot_change(broker_embedded: Clu
 @pytest.mark.parametrize(("physical", "virtual", "message"), [
     (4, "10", "must be a multiple of physical partitions"),
     (4, "2", "at least the physical 4"),
-    (4, "many", "expected an integer"),
+    (4, "many", "Not a number of type INT"),
 ])
 def test_a_bad_virtual_partition_count_is_refused_naming_it(broker_embedded: Cluster, physical: int, virtual: str,
                                                             message: str) -> None:

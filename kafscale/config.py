@@ -169,6 +169,10 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = field(default=1_800_000, metadata={"help": "longest consumer session"})
     offsets_retention_minutes: int = field(default=10_080, metadata={"help": "committed offsets of empty groups"})
     offsets_retention_check_interval_ms: int = field(default=600_000, metadata={"help": "offset expiry period"})
+    transaction_max_timeout_ms: int = field(default=900_000, metadata={
+        "help": "longest transaction timeout InitProducerId may ask for (else INVALID_TRANSACTION_TIMEOUT)"})
+    transactional_id_expiration_ms: int = field(default=604_800_000, metadata={
+        "help": "a transactional id idle this long (no transaction open) is forgotten"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
     log_json: bool = field(default=False, metadata={"help": "structured JSON logs"})
 

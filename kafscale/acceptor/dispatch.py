@@ -11,6 +11,8 @@ import functools
 from types import ModuleType
 
 from kafscale.acceptor.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_user_scram_credentials,
     create_acls,
@@ -26,6 +28,7 @@ from kafscale.acceptor.handlers import (
     describe_configs,
     describe_groups,
     describe_user_scram_credentials,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -44,6 +47,7 @@ from kafscale.acceptor.handlers import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    txn_offset_commit,
 )
 from kafscale.acceptor.router import Router
 from kafscale.broker.interface import Broker
@@ -60,7 +64,9 @@ HANDLERS += (create_partitions, describe_configs, alter_configs, incremental_alt
              describe_cluster, delete_records, describe_client_quotas)
 # Consumer groups (docs/groups.md).
 HANDLERS += (join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, offset_delete,
-             describe_groups, list_groups, delete_groups)
+             describe_groups, list_groups, delete_groups, txn_offset_commit)
+# Transactions (docs/transactions.md): InitProducerId and FindCoordinator are above.
+HANDLERS += (add_partitions_to_txn, add_offsets_to_txn, end_txn)
 
 
 def build_router(broker: Broker) -> Router:

@@ -26,6 +26,7 @@ from kafscale.cluster.placement import ShardAddress
 from kafscale.config import BrokerConfig
 from kafscale.logs import setup_logging
 from kafscale.ops.ray_mirror import RayMirror
+from kafscale.storage.control import TxnMarker
 from kafscale.storage.metadata_store import MetadataStore
 from kafscale.storage.metadata_stores import metadata_store_from_settings
 
@@ -69,12 +70,24 @@ class RayPeer:
                       timeout_ms: int) -> ProduceResult:
         return await self.handle.produce.remote(topic, partition, records, acks, timeout_ms)
 
-    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int,
-                    max_bytes: int) -> list[FetchResult]:
-        return await self.handle.fetch.remote(parts, max_wait_ms, min_bytes, max_bytes)
+    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int, max_bytes: int,
+                    isolation_level: int = 0) -> list[FetchResult]:
+        return await self.handle.fetch.remote(parts, max_wait_ms, min_bytes, max_bytes, isolation_level)
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetResult:
-        return await self.handle.list_offset.remote(topic, partition, timestamp)
+    async def list_offset(self, topic: str, partition: int, timestamp: int,
+                          isolation_level: int = 0) -> OffsetResult:
+        return await self.handle.list_offset.remote(topic, partition, timestamp, isolation_level)
+
+    async def write_txn_marker(self, topic: str, partition: int, marker: TxnMarker, timeout_ms: int) -> int:
+        return await self.handle.write_txn_marker.remote(topic, partition, marker, timeout_ms)
+
+    async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        return await self.handle.complete_txn_offsets.remote(group_id, producer_id, producer_epoch, commit)
+
+    async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+        return await self.handle.verify_txn.remote(transactional_id, producer_id, producer_epoch, partitions,
+                                                   group_id)
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult:
         return await self.handle.delete_records.remote(topic, partition, offset)
@@ -149,12 +162,24 @@ class ShardActor:
                       timeout_ms: int) -> ProduceResult:
         return await (await self._host()).core.produce(topic, partition, records, acks, timeout_ms)
 
-    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int,
-                    max_bytes: int) -> list[FetchResult]:
-        return await (await self._host()).core.fetch(parts, max_wait_ms, min_bytes, max_bytes)
+    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int, max_bytes: int,
+                    isolation_level: int = 0) -> list[FetchResult]:
+        return await (await self._host()).core.fetch(parts, max_wait_ms, min_bytes, max_bytes, isolation_level)
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetResult:
-        return await (await self._host()).core.list_offset(topic, partition, timestamp)
+    async def list_offset(self, topic: str, partition: int, timestamp: int,
+                          isolation_level: int = 0) -> OffsetResult:
+        return await (await self._host()).core.list_offset(topic, partition, timestamp, isolation_level)
+
+    async def write_txn_marker(self, topic: str, partition: int, marker: TxnMarker, timeout_ms: int) -> int:
+        return await (await self._host()).core.write_txn_marker(topic, partition, marker, timeout_ms)
+
+    async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        return await (await self._host()).core.complete_txn_offsets(group_id, producer_id, producer_epoch, commit)
+
+    async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+        return await (await self._host()).core.verify_txn(transactional_id, producer_id, producer_epoch, partitions,
+                                                          group_id)
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult:
         return await (await self._host()).core.delete_records(topic, partition, offset)

@@ -24,7 +24,7 @@ from kafscale.broker.packer import PackPlace
 from kafscale.broker.producer_state import ProducerEntry
 from kafscale.broker.segment_upload import upload_segment
 from kafscale.cluster import keys
-from kafscale.cluster.records import SegmentMeta
+from kafscale.cluster.records import AbortedTxn, SegmentMeta
 from kafscale.storage.backoff import Backoff
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Put
 from kafscale.storage.segment import BuiltSegment, build_segment
@@ -53,6 +53,7 @@ class Pending:
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     upload: asyncio.Task[Uploaded] | None = None  # started once sealed, within the in-flight limit
+    aborted: list[AbortedTxn] = field(default_factory=list)  # the transactions this window's markers abort
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +62,14 @@ class Uploaded:
     key_epoch: int
     started: float  # monotonic time the upload began, for the flush-duration metric
     packed: PackPlace | None = None  # a virtual partition's segment: where in which pack
+    aborted: tuple[AbortedTxn, ...] = ()
 
     def meta(self) -> SegmentMeta:
         """The segment record its commit writes."""
         if self.packed is None:
-            return SegmentMeta.from_info(self.built.info, self.key_epoch)
+            return SegmentMeta.from_info(self.built.info, self.key_epoch, aborted=self.aborted)
         return SegmentMeta.from_info(self.built.info, 0, self.packed.pack, self.packed.position,
-                                     self.packed.index_size)
+                                     self.packed.index_size, self.aborted)
 
 
 async def flush_loop(owner: PartitionOwner) -> None:
@@ -124,11 +126,13 @@ async def _upload_pending(owner: PartitionOwner, pending: Pending) -> Uploaded:
     backoff = Backoff(0.05, 2.0)
     while True:
         try:
+            aborted = tuple(pending.aborted)
             if owner.packer is not None:
-                return Uploaded(built, 0, started, await owner.packer.upload(owner.partition, owner.epoch, built))
+                return Uploaded(built, 0, started, await owner.packer.upload(owner.partition, owner.epoch, built),
+                                aborted)
             key_epoch = await upload_segment(owner.objects, owner.settings.namespace, owner.topic, owner.partition,
                                              owner.epoch, built.info.base_offset, built.data, built.index)
-            return Uploaded(built, key_epoch, started)
+            return Uploaded(built, key_epoch, started, None, aborted)
         except Exception as e:  # store trouble: keep the data, retry with back-off
             if owner.fenced or (owner.closed and backoff.at_cap):
                 raise FencedError(f"giving up upload at {built.info.base_offset}: {e}") from e
@@ -175,6 +179,8 @@ async def commit_uploaded(owner: PartitionOwner) -> None:
         if owner.metrics is not None:
             owner.metrics.flushed(pending.nbytes, pending.last_offset - pending.first_offset + 1,
                                  len(uploaded.built.data), now - uploaded.started)
+        if uploaded.aborted or owner.txns.has_ending:
+            owner.txns.committed(owner.high_watermark, list(uploaded.aborted))
         for fut in pending.waiters:
             if not fut.done():
                 fut.set_result(None)

@@ -25,6 +25,8 @@ from kafscale.config import BrokerConfig
 from kafscale.groups.registry import GroupRegistry
 from kafscale.security.acls import Acls
 from kafscale.security.credentials import Credentials
+from kafscale.storage.control import TxnMarker
+from kafscale.transactions.registry import TransactionRegistry
 
 T = TypeVar("T")
 
@@ -38,10 +40,28 @@ class Peer(Protocol):
     async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
                       timeout_ms: int) -> ProduceResult: ...
 
-    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int,
-                    max_bytes: int) -> list[FetchResult]: ...
+    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int, max_bytes: int,
+                    isolation_level: int = 0) -> list[FetchResult]: ...
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetResult: ...
+    async def list_offset(self, topic: str, partition: int, timestamp: int,
+                          isolation_level: int = 0) -> OffsetResult: ...
+
+    async def write_txn_marker(self, topic: str, partition: int, marker: TxnMarker, timeout_ms: int) -> int:
+        """A transaction coordinator's marker, appended to the partition and durable before the answer (a Kafka
+        error code: 0 when written)."""
+        ...
+
+    async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+        """KIP-890's check at the transaction's coordinator, before a transactional batch opens a transaction in a
+        partition or a TxnOffsetCommit is taken: one Kafka error code per partition, then one for the group if
+        named (0: part of the producer's open transaction)."""
+        ...
+
+    async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        """A transaction's end at the group coordinator: its pending TxnOffsetCommit offsets become the group's
+        committed offsets (commit) or are dropped (abort). A Kafka error code."""
+        ...
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult: ...
 
@@ -64,10 +84,13 @@ class Broker(Peer, Protocol):
     groups: GroupRegistry  # the group coordinators this shard hosts
     acls: Acls  # ACL bindings and the authorizer over them (its `authorizer` is None when none is configured)
     credentials: Credentials  # users' SCRAM credentials (SASL checks them; the SCRAM admin APIs manage them)
+    transactions: TransactionRegistry  # the transaction coordinators this shard hosts
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
-                      then: Callable[[list[ProduceResult]], T]) -> asyncio.Future[T]:
-        """One Produce request's partitions: a future of then(results), results in request order."""
+                      then: Callable[[list[ProduceResult]], T],
+                      transactional_id: str | None = None) -> asyncio.Future[T]:
+        """One Produce request's partitions: a future of then(results), results in request order. A transactional
+        producer's batches that would open a transaction in a partition are first checked with its coordinator."""
         ...
 
     async def delete_topic(self, name: str) -> bool:

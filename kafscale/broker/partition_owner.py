@@ -28,11 +28,13 @@ from kafscale.broker.packer import Packer
 from kafscale.broker.producer_state import BatchMeta, ProducerEntry, ProducerStates
 from kafscale.broker.read_path import ReadPath
 from kafscale.broker.stats import PartitionSink
+from kafscale.broker.txn_state import PartitionTxns
 from kafscale.cluster import keys, topic_configs
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
 from kafscale.storage.cache import ByteLRU
+from kafscale.storage.control import TxnMarker
 from kafscale.storage.health import HealthState
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, Put
 from kafscale.storage.recompress import recompress_batches
@@ -103,6 +105,7 @@ class PartitionOwner:
         self.reader = ReadPath(self, cache)
         self.owner_revision = 0
         self._producers = ProducerStates()
+        self.txns = PartitionTxns()
         self._open = Pending()
         self._sealed: deque[Pending] = deque()
         self._sealed_bytes = 0  # sum of their nbytes: the buffer check runs on every append
@@ -152,7 +155,12 @@ class PartitionOwner:
         )
         for kv in producers:
             pid = int(kv.key.rsplit("/", 1)[1])
-            self._producers.entries[pid] = ProducerEntry.from_value(kv.value)
+            entry = self._producers.entries[pid] = ProducerEntry.from_value(kv.value)
+            if 0 <= entry.txn_first < self.high_watermark:  # its transaction is still open here
+                self.txns.began(pid, entry.txn_first)
+        for segment in self.segments:
+            for aborted in segment.aborted:
+                self.txns.add_aborted(aborted)
         self._flusher = asyncio.get_running_loop().create_task(flush_loop(self))
         log.info("owner %s-%d open: epoch %d, offsets [%d, %d), %d segments", self.topic, self.partition,
                  self.epoch, self.log_start_offset, self.high_watermark, len(self.segments))
@@ -241,7 +249,11 @@ class PartitionOwner:
             if log_append:
                 set_log_append_time(buf, pos, now_ms)
             if header.producer_id >= 0:
-                pending.producers[header.producer_id] = self._producers.record(header, self.next_offset).copy()
+                entry = self._producers.record(header, self.next_offset)
+                if header.is_transactional and entry.txn_first < 0:
+                    entry.txn_first = self.next_offset
+                    self.txns.began(header.producer_id, self.next_offset)
+                pending.producers[header.producer_id] = entry.copy()
             self.next_offset += header.last_offset_delta + 1
         pending.chunks.append(buf)
         self.bytes_in += len(buf)
@@ -258,11 +270,62 @@ class PartitionOwner:
         self._wake.set()
         return outcome
 
+    def append_marker(self, marker: TxnMarker) -> AppendOutcome:
+        """A transaction coordinator's marker: ends the producer's transaction here once committed (its
+        outcome's `durable`). Taken even when the buffer is full: a marker is tiny, and it is what lets
+        read_committed consumers move on."""
+        if self.fenced or self.closed:
+            return AppendOutcome(ErrorCode.not_leader_or_follower)
+        if self.objects.state() != HealthState.HEALTHY:
+            return AppendOutcome(ErrorCode.kafka_storage_error, message="object store is not healthy")
+        refused = self._producers.check_marker(marker.producer_id, marker.producer_epoch)
+        if refused is not None:
+            return AppendOutcome(refused, message="marker from an older producer epoch")
+        now_ms = int(time.time() * 1000)
+        buf = marker.batch(now_ms)
+        if self._open.chunks and _SEGMENT_OVERHEAD + self._open.nbytes + len(buf) > self._segment_bytes():
+            self._seal()
+        pending = self._open
+        offset = self.next_offset
+        if not pending.chunks:
+            pending.first_offset = offset
+            pending.started = time.monotonic()
+        set_base_offset(buf, 0, offset)
+        pending.producers[marker.producer_id] = self._producers.end_txn(marker.producer_id,
+                                                                        marker.producer_epoch).copy()
+        aborted = self.txns.ended(marker.producer_id, offset, marker.commit)
+        if aborted is not None:
+            pending.aborted.append(aborted)
+        self.next_offset += 1
+        pending.chunks.append(buf)
+        pending.nbytes += len(buf)
+        pending.last_offset = offset
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        pending.waiters.append(fut)
+        self._wake.set()
+        return AppendOutcome(base_offset=offset, log_start_offset=self.log_start_offset, durable=fut)
+
+    def producer_epoch(self, producer_id: int) -> int:
+        entry = self._producers.entries.get(producer_id)
+        return entry.epoch if entry is not None else -1
+
+    def _segment_bytes(self) -> int:
+        return int(self.topic_config().get("segment.bytes", self.settings.segment_bytes))
+
+    @property
+    def last_stable_offset(self) -> int:
+        """read_committed consumers read up to here: the first offset of the oldest open transaction, or the
+        high watermark."""
+        if not self.txns.open and not self.txns.has_ending:
+            return self.high_watermark
+        return self.txns.last_stable_offset(self.high_watermark)
+
     def _validate(self, batches: list[tuple[int, BatchHeader]], configs: dict[str, Any]) -> AppendOutcome | None:
         for _, h in batches:
-            if h.is_transactional or h.is_control:
-                return AppendOutcome(ErrorCode.invalid_record,
-                                     message="transactional and control batches are not supported")
+            if h.is_control:  # only a transaction coordinator writes markers
+                return AppendOutcome(ErrorCode.invalid_record, message="control batches come from the broker only")
+            if h.is_transactional and h.producer_id < 0:
+                return AppendOutcome(ErrorCode.invalid_record, message="a transactional batch needs a producer id")
         # A topic that does not set it has Kafka's default (message.max.bytes), which bounds batches just the same.
         max_bytes = int(configs.get("max.message.bytes", topic_configs.DEFAULTS["max.message.bytes"]))
         for _, h in batches:
@@ -325,6 +388,7 @@ class PartitionOwner:
                     raise FencedError(f"log start move of {self.topic}-{self.partition} refused: epoch is stale")
                 self.log_start_offset = to
                 self.segments = [s for s in self.segments if s.last >= to]
+                self.txns.drop_below(to)
         return dropped
 
     def _stop_writing(self) -> None:

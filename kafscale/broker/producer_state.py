@@ -30,6 +30,7 @@ class BatchMeta:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    txn_first: int = -1  # first offset of the producer's open transaction in this partition; -1: none
 
     @property
     def last_seq(self) -> int:
@@ -37,15 +38,18 @@ class ProducerEntry:
 
     def copy(self) -> ProducerEntry:
         """A snapshot: the live entry keeps changing as later batches are appended."""
-        return ProducerEntry(self.epoch, deque(self.batches, maxlen=MAX_CACHED_BATCHES))
+        return ProducerEntry(self.epoch, deque(self.batches, maxlen=MAX_CACHED_BATCHES), self.txn_first)
 
     def to_value(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batches": [[b.first_seq, b.last_seq, b.base_offset, b.last_offset]
-                                                   for b in self.batches]}
+        value: dict[str, Any] = {"epoch": self.epoch, "batches": [[b.first_seq, b.last_seq, b.base_offset,
+                                                                     b.last_offset] for b in self.batches]}
+        if self.txn_first >= 0:
+            value["txn_first"] = self.txn_first
+        return value
 
     @classmethod
     def from_value(cls, value: dict[str, Any]) -> ProducerEntry:
-        entry = cls(epoch=int(value["epoch"]))
+        entry = cls(epoch=int(value["epoch"]), txn_first=int(value.get("txn_first", -1)))
         for first, last, base, last_off in value.get("batches", []):
             entry.batches.append(BatchMeta(first, last, base, last_off))
         return entry
@@ -109,10 +113,27 @@ class ProducerStates:
     def record(self, header: BatchHeader, base_offset: int) -> ProducerEntry:
         entry = self.entries.get(header.producer_id)
         if entry is None or header.producer_epoch != entry.epoch:
-            entry = ProducerEntry(epoch=header.producer_epoch)
+            # a new epoch keeps the open transaction: the coordinator's marker (with the newer epoch) ends it
+            entry = ProducerEntry(epoch=header.producer_epoch, txn_first=entry.txn_first if entry else -1)
             self.entries[header.producer_id] = entry
         entry.batches.append(BatchMeta(
             header.base_sequence, _seq_add(header.base_sequence, header.last_offset_delta),
             base_offset, base_offset + header.last_offset_delta,
         ))
+        return entry
+
+    def check_marker(self, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        """A coordinator's marker carries the producer's current epoch or a newer one (it fenced the producer)."""
+        entry = self.entries.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            return ErrorCode.invalid_producer_epoch
+        return None
+
+    def end_txn(self, producer_id: int, producer_epoch: int) -> ProducerEntry:
+        """A marker was appended: the producer's transaction here is over. A newer epoch fences the producer's
+        older batches (their retries now get INVALID_PRODUCER_EPOCH) and restarts its sequences."""
+        entry = self.entries.get(producer_id)
+        if entry is None or producer_epoch > entry.epoch:
+            entry = self.entries[producer_id] = ProducerEntry(epoch=producer_epoch)
+        entry.txn_first = -1
         return entry

@@ -23,6 +23,9 @@ class FetchResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    last_stable_offset: int = -1  # -1: the high watermark (no transaction open)
+    # read_committed: (producer id, first offset) of every aborted transaction the records overlap
+    aborted: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.broker import housekeeping, janitor, retention
+from kafscale.broker import housekeeping, janitor, retention, txn_markers, txn_produce
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.fetch import long_poll
 from kafscale.broker.handoff import HandOffs
@@ -45,9 +45,11 @@ from kafscale.security.acls import Acls
 from kafscale.security.credentials import Credentials
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.cache import ByteLRU
+from kafscale.storage.control import TxnMarker
 from kafscale.storage.health import HealthState, HealthThresholds, HealthTracker
 from kafscale.storage.metadata_store import MetadataStore
 from kafscale.storage.object_store import ObjectStore
+from kafscale.transactions.registry import TransactionRegistry, txn_settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -98,6 +100,10 @@ class ShardCore:
                                     offsets_retention_ms=config.offsets_retention_minutes * 60_000,
                                     retention_check_interval_s=config.offsets_retention_check_interval_ms / 1000,
                                     topic=self.topics.get)
+        self.transactions = TransactionRegistry(shard_id, self.meta, txn_settings(config), owns=self._coordinates,
+                                                allocate_producer_id=self.allocate_producer_id,
+                                                write_marker=self.write_txn_marker,
+                                                complete_offsets=self.complete_txn_offsets, topic=self.topics.get)
         self.topics.listeners += [self._topic_changed, self.groups.topic_changed]
         self.producer = ProducePath(self._ready_owner, self.route)
         self._background: list[asyncio.Task[None]] = []
@@ -118,6 +124,7 @@ class ShardCore:
             await self.membership.load()  # who is live, before anything is opened or answered
         await self.topics.start()
         await self.groups.start()
+        await self.transactions.start()
         if self._sasl:
             await self.credentials.start()
         await self.acls.start()  # before the listener: no request is answered without the ACLs in force
@@ -139,6 +146,7 @@ class ShardCore:
         """Flush every owner and release ownership (quiesces first if that has not happened)."""
         if not self.owner_table.closing:
             await self.quiesce()
+        await self.transactions.close()  # before the owners close: no marker is written to a closing owner
         await self.owner_table.close()
         if self.membership is not None:  # after the flush: a successor must not fence our last commits
             await self.membership.stop()
@@ -207,11 +215,13 @@ class ShardCore:
     def _placement_changed(self) -> None:
         """The live shards or the group slot map changed (kafscale.cluster.membership)."""
         self.groups.placement_changed()
+        self.transactions.placement_changed()
 
     async def _lost_lease(self) -> None:
         """The lease may lapse any moment now, and a successor be named: stop serving everything."""
         self.owner_table.drop_all()
         await self.groups.release_all()
+        await self.transactions.release_all()
 
     async def _resync(self) -> None:
         await self.topics.resync()
@@ -291,7 +301,10 @@ class ShardCore:
     # ---------------------------------------------------------------- produce (kafscale.broker.produce)
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
-                      then: Callable[[list[ProduceResult]], T]) -> asyncio.Future[T]:
+                      then: Callable[[list[ProduceResult]], T],
+                      transactional_id: str | None = None) -> asyncio.Future[T]:
+        if transactional_id is not None:
+            return txn_produce.start(self, transactional_id, items, acks, timeout_ms, then)
         return self.producer.start(items, acks, timeout_ms, then)
 
     async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
@@ -310,9 +323,10 @@ class ShardCore:
 
     # ---------------------------------------------------------------- fetch, offsets, records
 
-    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int,
-                    max_bytes: int) -> list[FetchResult]:
-        """Long-poll read of (topic, partition, offset, partition_max_bytes) items, in request order."""
+    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int, max_bytes: int,
+                    isolation_level: int = 0) -> list[FetchResult]:
+        """Long-poll read of (topic, partition, offset, partition_max_bytes) items, in request order;
+        isolation_level 1 (read_committed) reads up to each partition's last stable offset."""
         results: list[FetchResult | None] = [None] * len(parts)
         local: dict[int, PartitionOwner] = {}
         remote: dict[int, tuple[Peer, list[int]]] = {}
@@ -325,9 +339,10 @@ class ShardCore:
             else:
                 results[i] = FetchResult(int(where.error))
         forwarded = {shard: asyncio.ensure_future(peer.fetch([parts[i] for i in idx], max_wait_ms, min_bytes,
-                                                             max_bytes))
+                                                             max_bytes, isolation_level))
                      for shard, (peer, idx) in remote.items()}
-        for i, result in (await long_poll(local, parts, max_wait_ms, min_bytes, max_bytes, self.metrics)).items():
+        for i, result in (await long_poll(local, parts, max_wait_ms, min_bytes, max_bytes, self.metrics,
+                                          isolation_level)).items():
             results[i] = result
         for shard, call in forwarded.items():
             indexes = remote[shard][1]
@@ -340,16 +355,18 @@ class ShardCore:
                 results[i] = answer
         return [r if r is not None else FetchResult(int(ErrorCode.unknown_server_error)) for r in results]
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetResult:
-        """ListOffsets: latest (-1), earliest (-2), max timestamp (-3), or the first offset at a timestamp."""
+    async def list_offset(self, topic: str, partition: int, timestamp: int,
+                          isolation_level: int = 0) -> OffsetResult:
+        """ListOffsets: latest (-1; read_committed: the last stable offset), earliest (-2), max timestamp (-3),
+        or the first offset at a timestamp."""
         where = await self.route(topic, partition)
         if isinstance(where, Refused):
             return OffsetResult(int(where.error))
         if isinstance(where, Remote):
-            return await where.peer.list_offset(topic, partition, timestamp)
+            return await where.peer.list_offset(topic, partition, timestamp, isolation_level)
         owner = where.owner
         if timestamp == -1:
-            return OffsetResult(0, owner.high_watermark)
+            return OffsetResult(0, owner.last_stable_offset if isolation_level else owner.high_watermark)
         if timestamp == -2:
             return OffsetResult(0, owner.log_start_offset)
         try:
@@ -386,6 +403,36 @@ class ShardCore:
 
     async def allocate_producer_id(self) -> int:
         return await ids.allocate_producer_id(self.meta)
+
+    # ---------------------------------------------------------------- transactions (kafscale.transactions)
+
+    async def write_txn_marker(self, topic: str, partition: int, marker: TxnMarker, timeout_ms: int) -> int:
+        return await txn_markers.write(self, topic, partition, marker, timeout_ms)
+
+    async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+        """At the transaction's coordinator (a hop to its shard when it is elsewhere)."""
+        if not self._coordinates(transactional_id) and self.peers is not None:
+            shard = self.placement.coordinator_of(transactional_id)
+            if shard == self.shard_id or not self.placement.live(shard):
+                return [int(ErrorCode.coordinator_not_available)] * (len(partitions) + (group_id is not None))
+            return await self.peers(shard).verify_txn(transactional_id, producer_id, producer_epoch, partitions,
+                                                      group_id)
+        codes = await self.transactions.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        out = [int(codes[tp]) for tp in partitions]
+        if group_id is not None:
+            out.append(int(await self.transactions.verify_group(transactional_id, producer_id, producer_epoch,
+                                                                group_id)))
+        return out
+
+    async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        """At the group's coordinator (a hop to its shard when it is elsewhere)."""
+        if not self._coordinates(group_id) and self.peers is not None:
+            shard = self.placement.coordinator_of(group_id)
+            if shard == self.shard_id or not self.placement.live(shard):
+                return int(ErrorCode.coordinator_not_available)
+            return await self.peers(shard).complete_txn_offsets(group_id, producer_id, producer_epoch, commit)
+        return int(await self.groups.complete_txn_offsets(group_id, producer_id, producer_epoch, commit))
 
     async def group_offsets(self, group_id: str, forwarded: bool = False) -> GroupOffsets:
         """The group's committed offsets (OffsetFetch). A shard asked for a group it does not coordinate (the

@@ -16,16 +16,28 @@ cluster/draining                            {shards: [id, ...]}   drained shards
 partitions/{topic}/{p}/owner                {epoch, shard}                      fencing token
 partitions/{topic}/{p}/state                {next_offset, log_start_offset, epoch}
 partitions/{topic}/{p}/segments/{base:020d} {base, last, size, records, min_ts, max_ts, crc, created_ms,
-                                             key_epoch}  (key_epoch: which object key, see storage/keys.py)
-partitions/{topic}/{p}/producers/{pid}      {epoch, batches: [[first_seq, last_seq, base, last], ...]}
+                                             key_epoch[, aborted: [[pid, first, marker], ...]]}  (key_epoch:
+                                             which object key, see storage/keys.py; aborted: the transactions
+                                             its markers abort)
+partitions/{topic}/{p}/producers/{pid}      {epoch, batches: [[first_seq, last_seq, base, last], ...][,
+                                             txn_first]}  (txn_first: where its open transaction starts)
 producer_ids/next                           next free producer id
 groups/{g}                                  {generation, protocol_type, protocol, leader, state_ms, members: [...]}
                                             written when the generation changes (and with a group's first commit)
 group_offsets/{g}/{topic}/{p}               {offset, leader_epoch, metadata, commit_ms[, expire_ms]}
+group_txn_offsets/{g}/{producer_id}         {producer_epoch, transactional_id, started_ms, offsets: [[topic, p,
+                                             {offset, leader_epoch, metadata, commit_ms}], ...]}   TxnOffsetCommit
+                                            offsets of one producer's open transaction: committed offsets only
+                                            when the transaction commits (groups/txn_offsets.py)
 group_coordinators/{g}                      {epoch, shard}                      fencing token of the coordinator
+transactions/{tid}                          {producer_id, producer_epoch, last_producer_id, last_producer_epoch,
+                                             state, partitions: [[topic, p], ...], groups: [g, ...], timeout_ms,
+                                             start_ms, update_ms, coordinator_epoch}   a transactional id's
+                                             transaction (kafscale/transactions/state.py); every write compares
+                                             its mod_revision (fencing of coordinator incarnations)
 security/scram/{user}/{mechanism}         {mechanism, iterations, salt, stored_key, server_key}   SCRAM
                                             credentials (never a password); {user} percent-encoded
-({g} is the group id percent-encoded: group ids may contain '/'.)
+({g} is the group id percent-encoded: group ids may contain '/'; {tid}, the transactional id, likewise.)
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ NEXT_SHARD_ID = "cluster/next_shard_id"
 GROUP_SLOTS = "cluster/groups"
 DRAINING = "cluster/draining"
 AUTOSCALE = "cluster/autoscale"
+TRANSACTIONS = "transactions/"
 SCRAM_CREDENTIALS = "security/scram/"  # --autoscale: the shard count wanted, and the shards being drained to stop
 
 
@@ -109,8 +122,20 @@ def group_offset(group_id: str, topic_name: str, partition: int) -> str:
     return f"{group_offsets(group_id)}{topic_name}/{partition}"
 
 
+def group_txn_offsets(group_id: str) -> str:
+    return f"group_txn_offsets/{_group(group_id)}/"
+
+
+def group_txn_offset(group_id: str, producer_id: int) -> str:
+    return f"{group_txn_offsets(group_id)}{producer_id}"
+
+
 def group_coordinator(group_id: str) -> str:
     return f"group_coordinators/{_group(group_id)}"
+
+
+def transaction(transactional_id: str) -> str:
+    return TRANSACTIONS + quote(transactional_id, safe="")
 
 
 def scram_credential(user: str, mechanism: str) -> str:

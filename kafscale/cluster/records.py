@@ -9,6 +9,23 @@ from kafscale.storage import keys as object_keys
 
 
 @dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """A transaction a marker aborted in one partition: its records are offsets [first_offset, last_offset] of
+    that producer (last_offset is the marker's)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+    def to_value(self) -> list[int]:
+        return [self.producer_id, self.first_offset, self.last_offset]
+
+    @classmethod
+    def from_value(cls, v: list[int]) -> AbortedTxn:
+        return cls(int(v[0]), int(v[1]), int(v[2]))
+
+
+@dataclass(frozen=True, slots=True)
 class StoredAt:
     """Where a committed segment's bytes and its index's lie: a segment of its own is a whole object (and its
     index another), a virtual partition's is a byte range of a pack, its index right after it."""
@@ -41,6 +58,9 @@ class SegmentMeta:
     pack: str = ""
     position: int = 0
     index_size: int = 0
+    # The transactions aborted by markers in this segment, (producer id, first offset, marker offset) each: the
+    # partition's aborted-transaction index, which read_committed fetches list (docs/format.md).
+    aborted: tuple[AbortedTxn, ...] = ()
 
     def to_value(self) -> dict[str, Any]:
         value: dict[str, Any] = {
@@ -48,13 +68,15 @@ class SegmentMeta:
             "max_ts": self.max_ts, "crc": self.crc, "created_ms": self.created_ms, "key_epoch": self.key_epoch}
         if self.pack:
             value.update(pack=self.pack, position=self.position, index_size=self.index_size)
+        if self.aborted:
+            value["aborted"] = [a.to_value() for a in self.aborted]
         return value
 
     @classmethod
     def from_value(cls, v: dict[str, Any]) -> SegmentMeta:
         return cls(v["base"], v["last"], v["size"], v["records"], v["min_ts"], v["max_ts"], v["crc"],
                    v["created_ms"], v.get("key_epoch", 0), v.get("pack", ""), v.get("position", 0),
-                   v.get("index_size", 0))
+                   v.get("index_size", 0), tuple(AbortedTxn.from_value(a) for a in v.get("aborted", ())))
 
     def stored(self, namespace: str, topic: str, partition: int) -> StoredAt:
         """Where this segment of a topic's partition is in the object store."""
@@ -66,6 +88,6 @@ class SegmentMeta:
 
     @classmethod
     def from_info(cls, info: Any, key_epoch: int = 0, pack: str = "", position: int = 0,
-                  index_size: int = 0) -> SegmentMeta:
+                  index_size: int = 0, aborted: tuple[AbortedTxn, ...] = ()) -> SegmentMeta:
         return cls(info.base_offset, info.last_offset, info.size, info.record_count, info.min_timestamp,
-                   info.max_timestamp, info.crc, info.created_ms, key_epoch, pack, position, index_size)
+                   info.max_timestamp, info.crc, info.created_ms, key_epoch, pack, position, index_size, aborted)

@@ -22,9 +22,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafscale.cluster import keys
+from kafscale.groups import txn_offsets
 from kafscale.groups.offsets import OffsetEntry, TopicPartition, expired_offsets
 from kafscale.groups.state import Group, JoinResult, State, SyncResult
 from kafscale.groups.stored import group_value
+from kafscale.groups.txn_offsets import PendingOffsets, parse_pending
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
 
 log = logging.getLogger(__name__)
@@ -38,10 +40,12 @@ class CoordinatorFenced(Exception):
 
 class GroupCoordinator:
     def __init__(self, group: Group, *, meta: MetadataStore, revision: int, offsets: dict[TopicPartition, OffsetEntry],
-                 persisted: bool, on_dead: Callable[[GroupCoordinator], None]) -> None:
+                 persisted: bool, on_dead: Callable[[GroupCoordinator], None],
+                 pending: dict[int, PendingOffsets] | None = None) -> None:
         self.group_id = group.group_id
         self.group = group
         self.offsets = offsets
+        self.pending = pending or {}  # TxnOffsetCommit offsets of open transactions, by producer id
         self.meta = meta
         self._revision = revision
         self._persisted = persisted  # the group's record exists in the store
@@ -184,11 +188,13 @@ class GroupCoordinator:
             log.warning("group %s: offset write failed: %s", self.group_id, e)
             try:
                 stored = await self.meta.range(keys.group_offsets(self.group_id))
+                pending = await self.meta.range(keys.group_txn_offsets(self.group_id))
             except MetadataStoreError:
                 log.warning("group %s: store unreachable, unloading (a fresh load re-reads it)", self.group_id)
                 self._dead()  # memory may now disagree with the store
                 return ErrorCode.coordinator_not_available
             self.offsets = parse_offsets(self.group_id, stored)
+            self.pending = parse_pending(self.group_id, pending)
             return ErrorCode.coordinator_not_available
         return ErrorCode.none
 
@@ -224,15 +230,26 @@ class GroupCoordinator:
                 return
             expired = expired_offsets(self.group, self.offsets, now_ms, retention_ms)
             expired += [tp for tp in sorted(gone or ()) if tp in self.offsets and tp not in expired]
+            # An open transaction keeps the offsets it will replace, and the group (Kafka); one older than
+            # retention will never end and is dropped (txn_offsets.abandoned).
+            abandoned = txn_offsets.abandoned(self.pending, now_ms, retention_ms)
+            unstable = txn_offsets.pending_partitions({p: r for p, r in self.pending.items() if p not in abandoned})
+            expired = [tp for tp in expired if tp not in unstable]
             remove = (self.group.state is State.EMPTY and len(expired) == len(self.offsets)
-                      and not self.group.pending_members)
+                      and not self.group.pending_members and len(abandoned) == len(self.pending))
             if remove:
                 await self._remove_group()
-            elif expired:
+            elif expired or abandoned:
                 deletes: list[Op] = [Delete(keys.group_offset(self.group_id, *tp)) for tp in expired]
+                deletes += [Delete(keys.group_txn_offset(self.group_id, pid)) for pid in abandoned]
                 if await self._write_offsets(deletes) == ErrorCode.none:
                     for tp in expired:
                         self.offsets.pop(tp, None)
+                    for pid in abandoned:
+                        self.pending.pop(pid, None)
+            if abandoned:
+                log.warning("group %s: pending offsets of producers %s dropped (no transaction end came)",
+                            self.group_id, abandoned)
             if expired:
                 log.info("group %s: %d offsets expired%s", self.group_id, len(expired), ", group removed" * remove)
 
@@ -245,10 +262,11 @@ class GroupCoordinator:
             return await self._remove_group()
 
     async def _remove_group(self) -> ErrorCode:
-        """Group record, offsets and coordinator key go in one fenced transaction."""
+        """Group record, offsets (pending ones too) and coordinator key go in one fenced transaction."""
         try:
             await self._write([Delete(keys.group(self.group_id)),
                                Delete(keys.group_offsets(self.group_id), prefix=True),
+                               Delete(keys.group_txn_offsets(self.group_id), prefix=True),
                                Delete(keys.group_coordinator(self.group_id))])
         except CoordinatorFenced:
             self._fenced()
@@ -257,8 +275,54 @@ class GroupCoordinator:
             log.warning("group %s: delete failed: %s", self.group_id, e)
             return ErrorCode.coordinator_not_available
         self.offsets.clear()
+        self.pending.clear()
         self._dead()
         return ErrorCode.none
+
+    # ---------------------------------------------------------------- transactional offsets (txn_offsets.py)
+
+    async def txn_commit(self, producer_id: int, producer_epoch: int, transactional_id: str, member_id: str,
+                         instance_id: str | None, generation: int,
+                         entries: Sequence[tuple[str, int, OffsetEntry]]) -> ErrorCode:
+        """TxnOffsetCommit: the offsets join the producer's pending record, durable (fenced) before the answer;
+        OffsetFetch does not see them until the transaction commits (complete_txn)."""
+        async with self._lock:
+            error = txn_offsets.check_txn_commit(self.group, member_id, instance_id, generation)
+            if error == ErrorCode.none:
+                error = txn_offsets.check_epoch(self.pending, producer_id, producer_epoch)
+            if error != ErrorCode.none or not entries:
+                return error
+            record = txn_offsets.add_offsets(self.pending.get(producer_id), producer_id, producer_epoch,
+                                             transactional_id, entries, int(time.time() * 1000))
+            ops: list[Op] = [Put(keys.group_txn_offset(self.group_id, producer_id), record.to_value())]
+            if not self._persisted:  # as a standalone commit: the group must exist for a reload to find it
+                ops.insert(0, Put(keys.group(self.group_id), group_value(self.group)))
+            error = await self._write_offsets(ops)
+            if error == ErrorCode.none:
+                self._persisted = True
+                self.pending[producer_id] = record
+            return error
+
+    async def complete_txn(self, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        """The producer's transaction ended: its pending offsets become committed (commit) or go (abort), and
+        the record is deleted. Repeating it changes nothing (no record left: success)."""
+        async with self._lock:
+            if self.group.state is State.DEAD:  # deleted or fenced meanwhile: asked again, the registry knows
+                return ErrorCode.coordinator_not_available
+            error, done = txn_offsets.complete(self.pending, self.offsets, producer_id, producer_epoch, commit,
+                                               int(time.time() * 1000))
+            if done is None:
+                return error
+            ops: list[Op] = [Put(keys.group_offset(self.group_id, t, p), e.to_value())
+                             for (t, p), e in sorted(done.committed.items())]
+            # Last: written in several transactions (over MAX_TXN_OPS), a record left by a failure is completed
+            # again by the coordinator's retry.
+            ops.append(Delete(keys.group_txn_offset(self.group_id, producer_id)))
+            error = await self._write_offsets(ops)
+            if error == ErrorCode.none:
+                self.offsets.update(done.committed)
+                self.pending.pop(producer_id, None)
+            return error
 
     # ---------------------------------------------------------------- store
 

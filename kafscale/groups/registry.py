@@ -27,6 +27,7 @@ from kafscale.groups.coordinator import GroupCoordinator, parse_offsets
 from kafscale.groups.offsets import OffsetEntry, TopicPartition
 from kafscale.groups.state import Group, GroupSettings, State
 from kafscale.groups.stored import load_group
+from kafscale.groups.txn_offsets import parse_pending, pending_partitions
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, MetadataStoreError, Put
 
 if TYPE_CHECKING:
@@ -113,17 +114,18 @@ class GroupRegistry:
                                 [Delete(keys.group_coordinator(group_id))])
             return None
         offsets = parse_offsets(group_id, await self.meta.range(keys.group_offsets(group_id)))
+        pending = parse_pending(group_id, await self.meta.range(keys.group_txn_offsets(group_id)))
         now = time.time()
         group = (load_group(group_id, record.value, self.settings, now) if record is not None
                  else Group(group_id, self.settings, now))
         coordinator = GroupCoordinator(group, meta=self.meta, revision=revision, offsets=offsets,
-                                       persisted=record is not None, on_dead=self._dropped)
+                                       persisted=record is not None, on_dead=self._dropped, pending=pending)
         if self.closed or not self.owns(group_id):
             raise MetadataStoreError("shard is stopping" if self.closed else f"group {group_id} moved away")
         self.groups[group_id] = coordinator
         coordinator.start()
-        log.info("group %s loaded: %s, generation %d, %d members, %d offsets", group_id, group.state.value,
-                 group.generation, len(group.members), len(offsets))
+        log.info("group %s loaded: %s, generation %d, %d members, %d offsets, %d open transactions", group_id,
+                 group.state.value, group.generation, len(group.members), len(offsets), len(pending))
         return coordinator
 
     async def _take_epoch(self, group_id: str) -> int:
@@ -212,6 +214,21 @@ class GroupRegistry:
             return dict(coordinator.offsets)
         topics = {t: await self.topic(t) for t in {t for t, _ in coordinator.offsets}}
         return {tp: e for tp, e in coordinator.offsets.items() if e.belongs_to(topics[tp[0]])}
+
+    async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                   commit: bool) -> ErrorCode:
+        """A transaction's end (its coordinator calls this, and repeats it until it succeeds): the producer's
+        pending TxnOffsetCommit offsets become the group's committed offsets, or are dropped. A group that does
+        not exist (deleted, with its pending offsets) has nothing pending: success."""
+        error, coordinator = await self.lookup(group_id)
+        if error != ErrorCode.none or coordinator is None:
+            return error
+        return await coordinator.complete_txn(producer_id, producer_epoch, commit)
+
+    async def unstable(self, group_id: str) -> tuple[ErrorCode, set[TopicPartition]]:
+        """Partitions with offsets in an open transaction (OffsetFetch with require_stable), at the coordinator."""
+        error, coordinator = await self.lookup(group_id)
+        return error, pending_partitions(coordinator.pending) if coordinator is not None else set()
 
     async def committed(self, group_id: str) -> dict[TopicPartition, int]:
         live = await self.live_offsets(await self.get(group_id))

@@ -35,7 +35,9 @@ from kafscale.protocol.errors import ErrorCode
 from kafscale.security.acls import Acls
 from kafscale.security.credentials import Credentials
 from kafscale.storage.batch import set_base_offset, split_batches
+from kafscale.storage.control import TxnMarker
 from kafscale.storage.embedded_store import EmbeddedStore
+from kafscale.transactions.registry import TransactionRegistry, txn_settings
 
 T = TypeVar("T")
 
@@ -65,6 +67,13 @@ class FakeBroker:
                                     retention_check_interval_s=3600, topic=self.topics.get)
         self.logs: dict[tuple[str, int], Log] = {}
         self._next_producer_id = 1000
+        # Transactions (docs/transactions.md): markers go into the fake logs, offsets to the real group registry
+        self.transactions = TransactionRegistry(shard_id, meta, txn_settings(self.config),
+                                                owns=self.placement.coordinates,
+                                                allocate_producer_id=self.allocate_producer_id,
+                                                write_marker=self.write_txn_marker,
+                                                complete_offsets=self.complete_txn_offsets, topic=self.topics.get)
+        self.markers: list[tuple[str, int, TxnMarker]] = []  # every marker written, in order
 
     def _log(self, topic: str, partition: int) -> Log | None:
         info = self.topics.topics.get(topic)
@@ -78,7 +87,8 @@ class FakeBroker:
         return info is not None and 0 <= partition < info.partitions and not self.placement.leads(info, partition)
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
-                      then: Callable[[list[ProduceResult]], T]) -> asyncio.Future[T]:
+                      then: Callable[[list[ProduceResult]], T],
+                      transactional_id: str | None = None) -> asyncio.Future[T]:
         results = []
         for topic, partition, records in items:
             log = self._log(topic, partition)
@@ -101,8 +111,8 @@ class FakeBroker:
                       timeout_ms: int) -> ProduceResult:
         return (await self.start_produce([(topic, partition, bytearray(records))], acks, timeout_ms, list))[0]
 
-    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int,
-                    max_bytes: int) -> list[FetchResult]:
+    async def fetch(self, parts: list[FetchItem], max_wait_ms: int, min_bytes: int, max_bytes: int,
+                    isolation_level: int = 0) -> list[FetchResult]:
         results = []
         for topic, partition, offset, _ in parts:
             log = self._log(topic, partition)
@@ -117,7 +127,8 @@ class FakeBroker:
                 results.append(FetchResult(0, log.end, log.log_start, data))
         return results
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetResult:
+    async def list_offset(self, topic: str, partition: int, timestamp: int,
+                          isolation_level: int = 0) -> OffsetResult:
         log = self._log(topic, partition)
         if log is None:
             return OffsetResult(int(ErrorCode.unknown_topic_or_partition))
@@ -141,6 +152,24 @@ class FakeBroker:
         self._next_producer_id += 1
         return self._next_producer_id - 1
 
+    async def write_txn_marker(self, topic: str, partition: int, marker: TxnMarker, timeout_ms: int) -> int:
+        if self._log(topic, partition) is None:
+            return int(ErrorCode.unknown_topic_or_partition)
+        self.markers.append((topic, partition, marker))
+        return (await self.produce(topic, partition, marker.batch(0), -1, timeout_ms)).error
+
+    async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+        codes = await self.transactions.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        out = [int(codes[tp]) for tp in partitions]
+        if group_id is not None:
+            out.append(int(await self.transactions.verify_group(transactional_id, producer_id, producer_epoch,
+                                                                group_id)))
+        return out
+
+    async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        return int(await self.groups.complete_txn_offsets(group_id, producer_id, producer_epoch, commit))
+
     async def group_lag(self, group_id: str) -> list[PartitionLag]:
         return []
 
@@ -157,9 +186,11 @@ async def fake_broker(tmp_path: Path, **kwargs: Any) -> AsyncIterator[FakeBroker
     broker = FakeBroker(meta, **kwargs)
     await broker.topics.start()
     await broker.groups.start()
+    await broker.transactions.start()
     try:
         yield broker
     finally:
+        await broker.transactions.close()
         await broker.groups.close()
         await broker.topics.stop()
         await meta.close()

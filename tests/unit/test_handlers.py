@@ -98,8 +98,8 @@ async def test_find_coordinator_names_the_shard_placement_chooses_in_both_reques
         single = await find_coordinator.handle(broker, context(10, 3), request(10, 3, key="g1", key_type=0))
         assert (single.error_code, single.node_id, single.port) == (
             ErrorCode.none, broker.placement.coordinator_of("g1"), 9092 + broker.placement.coordinator_of("g1"))
-        txn = await find_coordinator.handle(broker, context(10, 3), request(10, 3, key="t", key_type=1))
-        assert txn.error_code == ErrorCode.invalid_request
+        unknown = await find_coordinator.handle(broker, context(10, 3), request(10, 3, key="t", key_type=9))
+        assert unknown.error_code == ErrorCode.invalid_request
 
 
 # ---------------------------------------------------------------------------------------- produce, fetch, offsets

@@ -41,7 +41,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             if name is not None and ident not in denied:
                 parts.append((name, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes)))
     max_bytes = int(getattr(req, "max_bytes", 0x7FFFFFFF))  # v3+
-    answers = await broker.fetch(parts, ms(req.max_wait), int(req.min_bytes), max_bytes)
+    isolation = int(getattr(req, "isolation_level", 0))  # v4+; 1: read_committed
+    answers = await broker.fetch(parts, ms(req.max_wait), int(req.min_bytes), max_bytes, isolation)
     if ctx.api_version < FIRST_V2_VERSION:
         answers = legacy.fetch_results(broker, ctx.api_version, parts, answers, max_bytes)
     results = iter(answers)
@@ -66,9 +67,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             partition_index=partition,
             error_code=ErrorCode(r.error),
             high_watermark=r.high_watermark,
-            last_stable_offset=r.high_watermark,
+            last_stable_offset=r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
             log_start_offset=r.log_start_offset,
-            aborted_transactions=None if r.error else (),
+            aborted_transactions=None if r.error or r.aborted is None else tuple(
+                make(mod.AbortedTransaction, producer_id=pid, first_offset=first) for pid, first in r.aborted),
             preferred_read_replica=-1,
             records=r.records,
         ))

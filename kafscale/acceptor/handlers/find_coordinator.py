@@ -1,4 +1,5 @@
-"""FindCoordinator v0-v4: names the shard that hosts a group (kafscale.cluster.placement decides which)."""
+"""FindCoordinator v0-v4: names the shard that hosts a group, or a transactional id's transaction coordinator
+(key type 1): the same slots decide both (kafscale.cluster.placement; docs/transactions.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from kafscale.broker.interface import Broker
 from kafscale.security.acl import Operation, ResourceType
 
 API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 4
-KEY_TYPE_GROUP = 0
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -20,10 +21,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
 
     def locate(key: str) -> tuple[ErrorCode, Any]:
-        if key_type != KEY_TYPE_GROUP:
+        if key_type == KEY_TYPE_GROUP:
+            if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
+                return ErrorCode.group_authorization_failed, None
+        elif key_type == KEY_TYPE_TRANSACTION:
+            if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                return ErrorCode.transactional_id_authorization_failed, None
+        else:
             return ErrorCode.invalid_request, None
-        if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
-            return ErrorCode.group_authorization_failed, None
         shard = broker.placement.address(broker.placement.coordinator_of(key))
         if shard is None:  # its shard is gone: the controller is moving the group's slot
             return ErrorCode.coordinator_not_available, None

@@ -32,10 +32,11 @@ async def _refused(error: ErrorCode) -> OffsetResult:
     return OffsetResult(int(error))
 
 
-def _lookup(broker: Broker, version: int, topic: str, partition: int, timestamp: int) -> Awaitable[OffsetResult]:
+def _lookup(broker: Broker, version: int, topic: str, partition: int, timestamp: int,
+            isolation: int) -> Awaitable[OffsetResult]:
     if timestamp < 0 and _SPECIAL_SINCE.get(timestamp, MAX_VERSION + 1) > version:
         return _refused(ErrorCode.unsupported_version)
-    return broker.list_offset(topic, partition, EARLIEST if timestamp == EARLIEST_LOCAL else timestamp)
+    return broker.list_offset(topic, partition, EARLIEST if timestamp == EARLIEST_LOCAL else timestamp, isolation)
 
 
 def _leader_epoch(broker: Broker, topic: str, partition: int, found: OffsetResult) -> int:
@@ -53,9 +54,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     # A partition named twice is answered once, INVALID_REQUEST, as Kafka does.
     twice = {tp for tp, n in Counter((t, p) for t, p, _ in jobs).items() if n > 1}
     may = {t.name: allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, t.name) for t in req.topics}
+    isolation = int(getattr(req, "isolation_level", 0))  # v2+; 1: read_committed reads "latest" as the LSO
     results = iter(await asyncio.gather(*(
         _refused(ErrorCode.invalid_request) if (t, p) in twice
-        else _lookup(broker, ctx.api_version, t, p, ts) if may[t]
+        else _lookup(broker, ctx.api_version, t, p, ts, isolation) if may[t]
         else _refused(ErrorCode.topic_authorization_failed)
         for t, p, ts in jobs)))
     mod = response_module(ctx)

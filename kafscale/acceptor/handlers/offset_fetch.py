@@ -1,6 +1,11 @@
 """OffsetFetch v0-v8: committed offsets (-1 where nothing is committed), every committed partition when no
 topics are named (v2+), several groups in one request (v8).
 
+require_stable (v7+, KIP-447; a read_committed consumer asks it): a partition with offsets in an open
+transaction (TxnOffsetCommit, kafscale/groups/txn_offsets.py) answers UNSTABLE_OFFSET_COMMIT and offset -1, as
+Kafka does, and the consumer asks again until the transaction ends. Such a request is answered only by the
+group's coordinator (NOT_COORDINATOR elsewhere, as Kafka): only it knows the open transactions.
+
 v0 reads the same offsets as v1: Kafscale has one offset store (ZooKeeper-era Kafka read v0 from ZooKeeper, and
 Kafka 3.9 in KRaft mode answers v0 with UNSUPPORTED_VERSION in every partition; docs/compatibility.md)."""
 
@@ -24,15 +29,16 @@ Topics = list[tuple[str, list[tuple[int, int, int, str, ErrorCode]]]]
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     mod = response_module(ctx)
+    stable = bool(getattr(req, "require_stable", False))  # v7+
     if ctx.api_version >= 8:
         groups = []
         for g in req.groups:
-            error, topics = await _fetch(broker, ctx, g.group_id, g.topics)
+            error, topics = await _fetch(broker, ctx, g.group_id, g.topics, stable)
             groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
                                topics=_topics(mod, topics, "OffsetFetchResponseTopics",
                                               "OffsetFetchResponsePartitions")))
         return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
-    error, topics = await _fetch(broker, ctx, req.group_id, req.topics)
+    error, topics = await _fetch(broker, ctx, req.group_id, req.topics, stable)
     if ctx.api_version < 2 and error != ErrorCode.none:
         # v0-v1 have no group-level error: every requested partition carries it.
         topics = [(t.name, [(p, -1, -1, "", error) for p in t.partition_indexes]) for t in req.topics]
@@ -40,9 +46,17 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 topics=_topics(mod, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
 
 
-async def _fetch(broker: Broker, ctx: RequestContext, group_id: str, requested: Any) -> tuple[ErrorCode, Topics]:
+async def _fetch(broker: Broker, ctx: RequestContext, group_id: str, requested: Any,
+                 require_stable: bool) -> tuple[ErrorCode, Topics]:
     if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
         return ErrorCode.group_authorization_failed, []
+    unstable: set[tuple[str, int]] = set()
+    if require_stable:
+        # Read before the offsets: a transaction completing in between then answers UNSTABLE (asked again),
+        # never its old committed offset as stable.
+        error, unstable = await broker.groups.unstable(group_id)
+        if error != ErrorCode.none:
+            return error, []
     answer = await broker.group_offsets(group_id)  # from the coordinator, wherever it moved
     if answer.error != ErrorCode.none:
         return ErrorCode(answer.error), []
@@ -64,7 +78,9 @@ async def _fetch(broker: Broker, ctx: RequestContext, group_id: str, requested: 
             continue
         for p in partitions:
             entry = offsets.get((topic, p))
-            if entry is None:
+            if (topic, p) in unstable:
+                rows.append((p, -1, -1, "", ErrorCode.unstable_offset_commit))
+            elif entry is None:
                 rows.append((p, -1, -1, "", ErrorCode.none))
             else:
                 rows.append((p, entry.offset, entry.leader_epoch, entry.metadata, ErrorCode.none))

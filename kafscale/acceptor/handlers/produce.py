@@ -38,6 +38,8 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
     jobs: list[ProduceItem] = []
     errors: dict[tuple[str, int], ProduceResult] = {}
     authorizer = broker.acls.authorizer  # None: no authorizer, nothing to check on the hot path
+    txn_refused = (req.transactional_id is not None and authorizer is not None
+                   and not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id))
     for topic in req.topic_data:
         writable = authorizer is None or allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, topic.name)
         for part in topic.partition_data:
@@ -46,7 +48,7 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
                 errors[key] = ProduceResult(int(ErrorCode.topic_authorization_failed))
             elif acks not in (-1, 0, 1):
                 errors[key] = ProduceResult(int(ErrorCode.invalid_required_acks))
-            elif req.transactional_id is not None:
+            elif txn_refused:
                 errors[key] = ProduceResult(int(ErrorCode.transactional_id_authorization_failed))
             elif part.records is None:
                 errors[key] = ProduceResult(int(ErrorCode.invalid_record), message="no records")
@@ -77,7 +79,7 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
             for topic in req.topic_data
         ], leaders, list(endpoints.values()))
 
-    return broker.start_produce(jobs, acks, req.timeout_ms, answer)
+    return broker.start_produce(jobs, acks, req.timeout_ms, answer, req.transactional_id)
 
 
 DECODE = read_produce_request  # the codec reads Produce requests itself, without kio

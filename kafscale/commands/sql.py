@@ -28,6 +28,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
     parser.add_argument("--limit", type=int, default=1000, help="rows printed at most (default 1000)")
     parser.add_argument("--master", help="Spark master (default local[2], or $SPARK_MASTER)")
+    parser.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"), default="read_committed",
+                        help="read_committed (default): only committed transactions, up to the last stable offset;"
+                             " read_uncommitted: every record up to the high watermark, aborted ones included")
     parser.set_defaults(run=run)
 
 
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from kafscale.pipeline.location import Location
     from kafscale.pipeline.sql import print_rows, run_query
 
-    options = location_options(args)
+    options = {**location_options(args), "kafka.isolation.level": args.isolation_level}
     try:
         Location.from_options(options)
     except ValueError as e:

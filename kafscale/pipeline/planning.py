@@ -2,7 +2,9 @@
 
 Offsets use the JSON form of Spark's Kafka source: ``{"orders": {"0": 23, "1": -2}}`` where -2 means
 earliest and -1 latest. Ranges are always clamped to what is durably committed: the high watermark is
-the end of every range, whatever a caller asks for.
+the end of every range, whatever a caller asks for. Under read_committed (the default, option
+``kafka.isolation.level``) the end is the last stable offset instead, and each slice carries the aborted
+transactions that overlap it, so that the executor drops their batches.
 """
 
 from __future__ import annotations
@@ -11,16 +13,21 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kafscale.cluster.records import SegmentMeta
+from kafscale.cluster.records import AbortedTxn, SegmentMeta
 from kafscale.pipeline.committed import PartitionLog, Snapshot, TopicMeta, read_snapshot
 from kafscale.pipeline.location import Location, objects_for
 from kafscale.pipeline.slices import DataLossError, Slice, read_slice
 from kafscale.storage.index import SegmentIndex
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE
 
-__all__ = ["Offsets", "SourceOptions", "plan_slices", "resolve_offsets"]
+__all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Offsets", "SourceOptions", "isolation_level", "overlapping_aborted",
+           "plan_slices", "resolve_offsets"]
 
 EARLIEST, LATEST = -2, -1
+READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
+# Spark's Kafka source passes kafka.* to its consumer, so kafka.isolation.level is its name there; isolationLevel
+# is the same in the camel case of this source's own options.
+_ISOLATION_OPTIONS = ("kafka.isolation.level", "isolationlevel")
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as a string, like Spark's JSON) -> offset
 
 
@@ -32,6 +39,19 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
 def include_headers(options: Mapping[str, str]) -> bool:
     """Spark's Kafka source option includeHeaders; here the headers column is there unless it is "false"."""
     return _flag({str(k).lower(): v for k, v in options.items()}, "includeheaders", True)
+
+
+def isolation_level(options: Mapping[str, str]) -> str:
+    """read_committed (the default, as the issue asks; Kafka consumers default to read_uncommitted) or
+    read_uncommitted, from kafka.isolation.level or isolationLevel (case-insensitive names and values)."""
+    opts = {str(k).lower(): str(v).strip().lower() for k, v in options.items()}
+    given = {opts[name] for name in _ISOLATION_OPTIONS if name in opts}
+    if len(given) > 1:
+        raise ValueError("kafka.isolation.level and isolationLevel disagree: give one of them")
+    level = given.pop() if given else READ_COMMITTED
+    if level not in (READ_COMMITTED, READ_UNCOMMITTED):
+        raise ValueError(f"kafka.isolation.level: expected read_committed or read_uncommitted, got {level!r}")
+    return level
 
 
 @dataclass(frozen=True)
@@ -49,7 +69,17 @@ class SourceOptions:
     min_partitions: int | None = None
     data_loss_dir: str = ""
     include_headers: bool = True
+    isolation_level: str = READ_COMMITTED
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
+
+    def visible_end(self, part: PartitionLog) -> int:
+        """Where reads of a partition stop: its last stable offset under read_committed, else its high
+        watermark."""
+        return part.visible_end(self.read_committed)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -78,6 +108,7 @@ class SourceOptions:
             min_partitions=int(opts["minpartitions"]) if opts.get("minpartitions") else None,
             data_loss_dir=opts.get("kafscale.datalossdir", ""),
             include_headers=include_headers(opts),
+            isolation_level=isolation_level(opts),
         )
 
     def snapshot(self) -> Snapshot:
@@ -106,26 +137,29 @@ def resolve_offsets(opts: SourceOptions, snap: Snapshot, spec: str, *,
                 raise ValueError("endingOffsets cannot be earliest (-2)")
             wanted = part.log_start
         elif wanted == LATEST:
-            wanted = part.end
+            wanted = opts.visible_end(part)
         elif wanted < part.log_start:
             if opts.fail_on_data_loss:
                 raise DataLossError(f"offset {wanted} of {topic}-{p} is gone: the log starts at {part.log_start}")
             wanted = part.log_start
-        out[(topic, p)] = min(wanted, part.end)
+        out[(topic, p)] = min(wanted, opts.visible_end(part))
     return out
 
 
 def timestamp_offsets(opts: SourceOptions, snap: Snapshot, timestamp_ms: int) -> dict[tuple[str, int], int]:
-    """First offset whose record timestamp is >= timestamp_ms, per partition; the high watermark when none is
-    (Kafka's ListOffsets by time). Segment metadata says which segment to decode: the first whose max_ts
-    reaches the timestamp."""
+    """First offset whose record timestamp is >= timestamp_ms, per partition; the end (the high watermark, or
+    the last stable offset under read_committed) when none is (Kafka's ListOffsets by time). Segment metadata
+    says which segment to decode: the first whose max_ts reaches the timestamp. Under read_committed aborted
+    records are not candidates."""
     out: dict[tuple[str, int], int] = {}
     for tp, part in snap.logs.items():
-        out[tp] = part.end
+        end = out[tp] = opts.visible_end(part)
         for seg in part.segments:
+            if seg.base >= end:
+                break
             if seg.max_ts < timestamp_ms:
                 continue
-            piece = _slice(opts, part, seg, part.log_start, part.end, None, timestamp_ms)
+            piece = _slice(opts, part, seg, part.log_start, end, None, timestamp_ms)
             found = None
             for batch in read_slice(piece):
                 ts = batch.column("timestamp").cast("int64").to_numpy() // 1000
@@ -203,8 +237,17 @@ def _starts_after(topic: TopicMeta, segment_min_ts: int, max_timestamp: int) -> 
 
 def _slice(opts: SourceOptions, part: PartitionLog, seg: SegmentMeta, lo: int, hi: int,
            byte_range: tuple[int, int, int] | None, min_timestamp: int | None) -> Slice:
-    return Slice(opts.location, part.topic, part.partition, seg, max(lo, part.log_start), hi, byte_range,
-                 min_timestamp, opts.fail_on_data_loss, opts.data_loss_dir)
+    start = max(lo, part.log_start)
+    # Only what the slice's own offsets need: a transactional batch is dropped by its producer's ranges.
+    aborted = (overlapping_aborted(part.aborted, max(start, seg.base), min(hi, seg.last + 1))
+               if opts.read_committed else ())
+    return Slice(opts.location, part.topic, part.partition, seg, start, hi, byte_range,
+                 min_timestamp, opts.fail_on_data_loss, opts.data_loss_dir, aborted)
+
+
+def overlapping_aborted(aborted: tuple[AbortedTxn, ...], lo: int, hi: int) -> tuple[AbortedTxn, ...]:
+    """The aborted transactions with records in [lo, hi): all a slice of those offsets needs to know."""
+    return tuple(a for a in aborted if a.first_offset < hi and a.last_offset >= lo)
 
 
 def _ranges(opts: SourceOptions, part: PartitionLog, seg: SegmentMeta, lo: int, hi: int) -> list[tuple[int, int, int]]:

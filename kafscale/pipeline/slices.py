@@ -9,6 +9,11 @@ and the offset continuity from the index entry are.
 Damage is data loss: with failOnDataLoss (the default) the task fails with the object key in the
 message; without it the slice is skipped, logged, and recorded in the data-loss directory when one
 is configured, so that whoever runs the job can count what was skipped.
+
+Transactions: control batches (markers) are never emitted. Under read_committed the slice carries the
+aborted transactions overlapping it, and a transactional batch of producer P whose offsets lie in one of P's
+aborted ranges is dropped whole (a transactional batch belongs to exactly one transaction), as a Kafka
+consumer drops it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from kafscale.cluster.records import SegmentMeta, StoredAt
+from kafscale.cluster.records import AbortedTxn, SegmentMeta, StoredAt
 from kafscale.pipeline.location import Location, objects_for
 from kafscale.pipeline.records import decode_batches
 from kafscale.storage.batch import BatchHeader, InvalidBatchError, split_batches
@@ -31,7 +36,7 @@ from kafscale.storage.segment import CorruptSegmentError, SegmentReader
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DataLossError", "Slice", "count_data_loss", "read_slice"]
+__all__ = ["DataLossError", "Slice", "count_data_loss", "is_aborted", "read_slice"]
 
 
 class DataLossError(RuntimeError):
@@ -50,6 +55,7 @@ class Slice:
     min_timestamp: int | None = None  # batches whose maxTimestamp is below hold nothing the query wants
     fail_on_data_loss: bool = True
     data_loss_dir: str = ""
+    aborted: tuple[AbortedTxn, ...] = ()  # read_committed: the aborted transactions overlapping the slice
 
     @property
     def nbytes(self) -> int:
@@ -67,7 +73,8 @@ def read_slice(piece: Slice) -> Iterator[pa.RecordBatch]:
         batches = _fetch(piece)
         wanted = [(data, h) for data, h in batches
                   if h.last_offset >= piece.start_offset and h.base_offset < piece.end_offset
-                  and (piece.min_timestamp is None or h.max_timestamp >= piece.min_timestamp)]
+                  and (piece.min_timestamp is None or h.max_timestamp >= piece.min_timestamp)
+                  and not (piece.aborted and is_aborted(h, piece.aborted))]
         if not wanted:
             return
         batch = decode_batches(wanted, piece.topic, piece.partition, start_offset=piece.start_offset,
@@ -81,6 +88,15 @@ def read_slice(piece: Slice) -> Iterator[pa.RecordBatch]:
         return
     if batch.num_rows:
         yield batch
+
+
+def is_aborted(header: BatchHeader, aborted: tuple[AbortedTxn, ...]) -> bool:
+    """A transactional data batch of a producer whose aborted range holds it (control batches are dropped
+    anyway, by the decoder)."""
+    if not header.is_transactional or header.is_control:
+        return False
+    return any(a.producer_id == header.producer_id and a.first_offset <= header.base_offset <= a.last_offset
+               for a in aborted)
 
 
 def _fetch(piece: Slice) -> list[tuple[memoryview, BatchHeader]]:

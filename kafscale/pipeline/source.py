@@ -197,7 +197,8 @@ def _rate_limit(start: dict[tuple[str, int], int], end: dict[tuple[str, int], in
 
 
 class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are Spark's Kafka JSON, {"topic": {"partition": next offset}}, so the checkpoint shows them."""
+    """Offsets are Spark's Kafka JSON, {"topic": {"partition": next offset}}, so the checkpoint shows them.
+    Under read_committed they advance only to each partition's last stable offset."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -214,12 +215,14 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         snap = self.opts.snapshot()
-        self._target = {tp: log.end for tp, log in snap.logs.items()}
+        self._target = {tp: self.opts.visible_end(log) for tp, log in snap.logs.items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         snap = self.opts.snapshot()
         begin = _from_json(start)
-        end = {tp: log.end for tp, log in snap.logs.items()}
+        # Under read_committed a micro-batch ends at the last stable offset: an open transaction's records are
+        # read by a later micro-batch, once it has committed (or skipped, once it has aborted).
+        end = {tp: self.opts.visible_end(log) for tp, log in snap.logs.items()}
         for tp, log in snap.logs.items():
             if tp not in begin:  # a partition or topic that appeared since: read it from its start
                 begin[tp] = log.log_start

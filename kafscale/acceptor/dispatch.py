@@ -27,6 +27,8 @@ from kafscale.acceptor.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
+    describe_transactions,
     describe_user_scram_credentials,
     end_txn,
     fetch,
@@ -38,6 +40,7 @@ from kafscale.acceptor.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -48,6 +51,7 @@ from kafscale.acceptor.handlers import (
     sasl_handshake,
     sync_group,
     txn_offset_commit,
+    write_txn_markers,
 )
 from kafscale.acceptor.router import Router
 from kafscale.broker.interface import Broker
@@ -66,7 +70,8 @@ HANDLERS += (create_partitions, describe_configs, alter_configs, incremental_alt
 HANDLERS += (join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, offset_delete,
              describe_groups, list_groups, delete_groups, txn_offset_commit)
 # Transactions (docs/transactions.md): InitProducerId and FindCoordinator are above.
-HANDLERS += (add_partitions_to_txn, add_offsets_to_txn, end_txn)
+HANDLERS += (add_partitions_to_txn, add_offsets_to_txn, end_txn, list_transactions, describe_transactions,
+             describe_producers, write_txn_markers)
 
 
 def build_router(broker: Broker) -> Router:

@@ -21,6 +21,7 @@ from kafscale.broker.results import (
     PartitionLag,
     ProduceResult,
 )
+from kafscale.broker.txn_admin import PartitionProducers
 from kafscale.cluster.load import ShardLoad
 from kafscale.cluster.placement import ShardAddress
 from kafscale.config import BrokerConfig
@@ -88,6 +89,9 @@ class RayPeer:
                          partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
         return await self.handle.verify_txn.remote(transactional_id, producer_id, producer_epoch, partitions,
                                                    group_id)
+
+    async def describe_producers(self, topic: str, partition: int) -> PartitionProducers:
+        return await self.handle.describe_producers.remote(topic, partition)
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult:
         return await self.handle.delete_records.remote(topic, partition, offset)
@@ -180,6 +184,9 @@ class ShardActor:
                          partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
         return await (await self._host()).core.verify_txn(transactional_id, producer_id, producer_epoch, partitions,
                                                           group_id)
+
+    async def describe_producers(self, topic: str, partition: int) -> PartitionProducers:
+        return await (await self._host()).core.describe_producers(topic, partition)
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult:
         return await (await self._host()).core.delete_records(topic, partition, offset)

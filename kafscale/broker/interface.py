@@ -19,6 +19,7 @@ from kafscale.broker.results import (
     PartitionLag,
     ProduceResult,
 )
+from kafscale.broker.txn_admin import PartitionProducers
 from kafscale.cluster.placement import Placement
 from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
@@ -61,6 +62,10 @@ class Peer(Protocol):
     async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
         """A transaction's end at the group coordinator: its pending TxnOffsetCommit offsets become the group's
         committed offsets (commit) or are dropped (abort). A Kafka error code."""
+        ...
+
+    async def describe_producers(self, topic: str, partition: int) -> PartitionProducers:
+        """DescribeProducers of one partition, at its owner: the producers its producer state holds."""
         ...
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult: ...

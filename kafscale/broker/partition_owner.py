@@ -291,8 +291,8 @@ class PartitionOwner:
             pending.first_offset = offset
             pending.started = time.monotonic()
         set_base_offset(buf, 0, offset)
-        pending.producers[marker.producer_id] = self._producers.end_txn(marker.producer_id,
-                                                                        marker.producer_epoch).copy()
+        pending.producers[marker.producer_id] = self._producers.end_txn(
+            marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, now_ms).copy()
         aborted = self.txns.ended(marker.producer_id, offset, marker.commit)
         if aborted is not None:
             pending.aborted.append(aborted)

@@ -31,6 +31,8 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     txn_first: int = -1  # first offset of the producer's open transaction in this partition; -1: none
+    last_timestamp: int = -1  # the max timestamp of its last batch or marker (DescribeProducers)
+    coordinator_epoch: int = -1  # the coordinator epoch of its last marker (DescribeProducers)
 
     @property
     def last_seq(self) -> int:
@@ -38,18 +40,25 @@ class ProducerEntry:
 
     def copy(self) -> ProducerEntry:
         """A snapshot: the live entry keeps changing as later batches are appended."""
-        return ProducerEntry(self.epoch, deque(self.batches, maxlen=MAX_CACHED_BATCHES), self.txn_first)
+        return ProducerEntry(self.epoch, deque(self.batches, maxlen=MAX_CACHED_BATCHES), self.txn_first,
+                             self.last_timestamp, self.coordinator_epoch)
 
     def to_value(self) -> dict[str, Any]:
         value: dict[str, Any] = {"epoch": self.epoch, "batches": [[b.first_seq, b.last_seq, b.base_offset,
                                                                      b.last_offset] for b in self.batches]}
         if self.txn_first >= 0:
             value["txn_first"] = self.txn_first
+        if self.last_timestamp >= 0:
+            value["last_timestamp"] = self.last_timestamp
+        if self.coordinator_epoch >= 0:
+            value["coordinator_epoch"] = self.coordinator_epoch
         return value
 
     @classmethod
     def from_value(cls, value: dict[str, Any]) -> ProducerEntry:
-        entry = cls(epoch=int(value["epoch"]), txn_first=int(value.get("txn_first", -1)))
+        entry = cls(epoch=int(value["epoch"]), txn_first=int(value.get("txn_first", -1)),
+                    last_timestamp=int(value.get("last_timestamp", -1)),
+                    coordinator_epoch=int(value.get("coordinator_epoch", -1)))
         for first, last, base, last_off in value.get("batches", []):
             entry.batches.append(BatchMeta(first, last, base, last_off))
         return entry
@@ -114,8 +123,10 @@ class ProducerStates:
         entry = self.entries.get(header.producer_id)
         if entry is None or header.producer_epoch != entry.epoch:
             # a new epoch keeps the open transaction: the coordinator's marker (with the newer epoch) ends it
-            entry = ProducerEntry(epoch=header.producer_epoch, txn_first=entry.txn_first if entry else -1)
+            entry = ProducerEntry(epoch=header.producer_epoch, txn_first=entry.txn_first if entry else -1,
+                                  coordinator_epoch=entry.coordinator_epoch if entry else -1)
             self.entries[header.producer_id] = entry
+        entry.last_timestamp = header.max_timestamp
         entry.batches.append(BatchMeta(
             header.base_sequence, _seq_add(header.base_sequence, header.last_offset_delta),
             base_offset, base_offset + header.last_offset_delta,
@@ -129,11 +140,13 @@ class ProducerStates:
             return ErrorCode.invalid_producer_epoch
         return None
 
-    def end_txn(self, producer_id: int, producer_epoch: int) -> ProducerEntry:
+    def end_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int = -1,
+                timestamp_ms: int = -1) -> ProducerEntry:
         """A marker was appended: the producer's transaction here is over. A newer epoch fences the producer's
         older batches (their retries now get INVALID_PRODUCER_EPOCH) and restarts its sequences."""
         entry = self.entries.get(producer_id)
         if entry is None or producer_epoch > entry.epoch:
             entry = self.entries[producer_id] = ProducerEntry(epoch=producer_epoch)
         entry.txn_first = -1
+        entry.coordinator_epoch, entry.last_timestamp = coordinator_epoch, timestamp_ms
         return entry

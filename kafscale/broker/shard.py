@@ -33,6 +33,7 @@ from kafscale.broker.results import (
 )
 from kafscale.broker.routing import Local, Refused, Remote, Route
 from kafscale.broker.stats import NO_METRICS, BrokerMetrics, PartitionStats, ShardStats
+from kafscale.broker.txn_admin import PartitionProducers, active_producers
 from kafscale.cluster import ids
 from kafscale.cluster.lease_renewal import RenewalThread
 from kafscale.cluster.membership import BrokerRecord, Membership
@@ -408,6 +409,15 @@ class ShardCore:
 
     async def write_txn_marker(self, topic: str, partition: int, marker: TxnMarker, timeout_ms: int) -> int:
         return await txn_markers.write(self, topic, partition, marker, timeout_ms)
+
+    async def describe_producers(self, topic: str, partition: int) -> PartitionProducers:
+        """DescribeProducers, at the partition's owner (a hop to its shard when it is elsewhere)."""
+        where = await self.route(topic, partition)
+        if isinstance(where, Refused):
+            return PartitionProducers(int(where.error))
+        if isinstance(where, Remote):
+            return await where.peer.describe_producers(topic, partition)
+        return PartitionProducers(0, active_producers(where.owner._producers))
 
     async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                          partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:

@@ -18,15 +18,11 @@ from tests.integration.conftest import Cluster
 COMPATIBILITY = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
 
 # Kafka 4.4.0's APIs that Kafscale does not serve, by key: (name, why), as docs/compatibility.md lists them.
-TRANSACTIONS = "the transactions' admin APIs are not built yet (issue 33)"
 KRAFT = "KRaft's own quorum, controllers and feature levels: Kafscale's metadata is etcd or SQLite"
 REPLICAS = "there are no replicas or local log directories: partitions live in the object store"
 SHARE_GROUPS = "share groups (KIP-932) are not built"
 STREAMS_GROUPS = "streams groups (KIP-1071) are not built"
 NOT_SERVED: dict[int, tuple[str, str]] = {
-    27: ("WriteTxnMarkers", "broker to broker: a transaction's coordinator writes its markers through the shards"),
-    61: ("DescribeProducers", TRANSACTIONS), 65: ("DescribeTransactions", TRANSACTIONS),
-    66: ("ListTransactions", TRANSACTIONS),
     34: ("AlterReplicaLogDirs", REPLICAS), 35: ("DescribeLogDirs", REPLICAS), 43: ("ElectLeaders", REPLICAS),
     45: ("AlterPartitionReassignments", REPLICAS), 46: ("ListPartitionReassignments", REPLICAS),
     55: ("DescribeQuorum", KRAFT), 57: ("UpdateFeatures", KRAFT), 64: ("UnregisterBroker", KRAFT),
@@ -61,6 +57,8 @@ NEWEST: dict[int, tuple[str, int, str]] = {
     10: ("FindCoordinator", 4, "v5 is transactions v2 (KIP-890 part 2, issue 33), v6 share coordinators (KIP-932)"),
     26: ("EndTxn", 4, "v5 is transactions v2 (KIP-890 part 2, issue 33); " + KIO),
     28: ("TxnOffsetCommit", 4, KIO),
+    27: ("WriteTxnMarkers", 1, "v2 names each marker's transaction version (transactions v2, issue 33); " + KIO),
+    66: ("ListTransactions", 1, "v2 filters by a transactional id pattern (KIP-1152); " + KIO),
     11: ("JoinGroup", 7, "v8 reasons (KIP-800) and v9 a static leader's skipped assignment (KIP-814): not yet"),
 }  # fmt: skip
 

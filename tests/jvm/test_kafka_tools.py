@@ -4,7 +4,8 @@ what it did with another client (confluent-kafka) where the tool's own output wo
 
 Main classes, as found in 4.4.0's jars: org.apache.kafka.tools.{TopicCommand, ConfigCommand, AclCommand,
 GetOffsetShell, ConsoleProducer, ProducerPerformance, ConsumerPerformance, VerifiableProducer, VerifiableConsumer},
-org.apache.kafka.tools.consumer.ConsoleConsumer and org.apache.kafka.tools.consumer.group.ConsumerGroupCommand.
+org.apache.kafka.tools.consumer.ConsoleConsumer, org.apache.kafka.tools.consumer.group.ConsumerGroupCommand and
+org.apache.kafka.tools.TransactionsCommand (kafka-transactions.sh).
 """
 
 from __future__ import annotations
@@ -298,3 +299,85 @@ def test_verifiable_producer_and_verifiable_consumer(tools: Tools, jvm_broker: J
     assert commits and all(e["success"] for e in commits), commits
     final = {(o["topic"], o["partition"]): o["offset"] for e in commits for o in e["offsets"]}
     assert final == {(topic, p): len(o) for p, o in offsets_by_partition.items()}
+
+
+# ------------------------------------------------------------------------------------------ TransactionsCommand
+
+TRANSACTIONS_COMMAND = f"{TOOLS}.TransactionsCommand"
+
+
+def write_hanging_transaction(b: JvmBroker, topic: str, partition: int) -> tuple[int, int]:
+    """A transaction no coordinator knows, open in the partition: a transactional batch written straight into the
+    partition's owner (what a client bug wrote into Kafka before KIP-890's checks, and what
+    `kafka-transactions.sh find-hanging` looks for), from a fresh producer id, timestamped long ago. Returns
+    (producer id, its first offset)."""
+    from tests.differential.test_transactions import ROWS, txn_batch
+
+    core = b.broker.shard.core  # type: ignore[union-attr]
+
+    async def write() -> tuple[int, int]:
+        producer_id = await core.allocate_producer_id()
+        owner = await core.owner(topic, partition)
+        outcome = owner.try_append(bytearray(txn_batch(producer_id, 0, 0, ROWS)), acks=-1)
+        assert outcome is not None and outcome.durable is not None, outcome
+        await outcome.durable
+        return producer_id, outcome.base_offset
+
+    return b.broker.run(write())
+
+
+def read_committed(b: JvmBroker, topic: str, partition: int) -> list[bytes]:
+    consumer = Consumer({**b.plaintext(), "group.id": unique_topic("rc"), "isolation.level": "read_committed",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        values: list[bytes] = []
+        for _ in range(20):
+            values += [m.value() for m in consumer.consume(100, timeout=0.5) if m.error() is None]
+        return values
+    finally:
+        consumer.close()
+
+
+def test_transactions_command_lists_describes_finds_and_aborts_a_hanging_transaction(
+        tools: Tools, jvm_broker: JvmBroker, admin: AdminClient) -> None:
+    from tests.differential.test_transactions import ROWS, Txn
+    from tests.differential.wire import Peer
+
+    b, topic = jvm_broker.at("PLAINTEXT"), unique_topic("tool-txn")
+    create(admin, topic, 2)
+    with Peer("kafscale", jvm_broker.port) as peer:
+        # partition 0: a real transaction, left open (its coordinator knows it: it is not hanging)
+        txn = Txn(peer, timeout_ms=600_000)  # outlives the tools' runs (a minute or more on a loaded machine)
+        assert txn.add_partitions({topic: [0]}) == {f"{topic}:0": "NONE"}
+        assert txn.produce(topic, 0, ROWS) == ("NONE", 0)
+        # partition 1: a hanging transaction, then plain records after it
+        hanging, first = write_hanging_transaction(jvm_broker, topic, 1)
+        produce(jvm_broker, topic, {1: 2})
+
+        def lso() -> int:
+            return int(peer.list_offsets(topic, [(1, -1)], isolation_level=1)[1].offset)
+
+        assert first == 0 and lso() == 0
+        run = lambda *args: tools.run(TRANSACTIONS_COMMAND, "--bootstrap-server", b, *args).check().stdout  # noqa: E731
+
+        listed = run("list")
+        assert re.search(rf"^{re.escape(txn.id)}\s+{jvm_broker.node_id}\s+{txn.producer_id}\s+Ongoing\s*$", listed,
+                         re.M), listed
+        described = run("describe", "--transactional-id", txn.id)
+        assert re.search(rf"\s{txn.producer_id}\s+{txn.epoch}\s+Ongoing\s+600000\s+\d+\s+\d+\s+{topic}-0\s*$",
+                         described, re.M), described
+        producers = run("describe-producers", "--topic", topic, "--partition", "1")
+        # ProducerId ProducerEpoch LatestCoordinatorEpoch LastSequence LastTimestamp CurrentTransactionStartOffset
+        assert re.search(rf"^{hanging}\s+0\s+-1\s+2\s+\d+\s+{first}\s*$", producers, re.M), producers
+        found = run("find-hanging", "--broker-id", str(jvm_broker.node_id))
+        assert re.search(rf"^{re.escape(topic)}\s+1\s+{hanging}\s+0\s+-1\s+{first}\s", found, re.M), found
+        assert not re.search(rf"^{re.escape(topic)}\s+0\s", found, re.M), found  # the real one is not hanging
+
+        assert read_committed(jvm_broker, topic, 1) == []  # stuck behind the hanging transaction
+        run("abort", "--topic", topic, "--partition", "1", "--start-offset", str(first))
+        wait_until(lambda: lso() == 6, what="the last stable offset past the abort marker (at 5)")
+        assert read_committed(jvm_broker, topic, 1) == [b"p1-0", b"p1-1"]  # the aborted records are skipped
+        assert not re.search(rf"^{re.escape(topic)}\s+1\s",
+                             run("find-hanging", "--broker-id", str(jvm_broker.node_id)), re.M)
+        assert txn.end(False) == "NONE"

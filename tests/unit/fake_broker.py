@@ -27,6 +27,7 @@ from kafscale.broker.results import (
     PartitionLag,
     ProduceResult,
 )
+from kafscale.broker.txn_admin import ActiveProducer, PartitionProducers
 from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.cluster.topics import TopicRegistry
 from kafscale.config import BrokerConfig
@@ -74,6 +75,7 @@ class FakeBroker:
                                                 write_marker=self.write_txn_marker,
                                                 complete_offsets=self.complete_txn_offsets, topic=self.topics.get)
         self.markers: list[tuple[str, int, TxnMarker]] = []  # every marker written, in order
+        self.producers: dict[tuple[str, int], list[ActiveProducer]] = {}  # what DescribeProducers answers
 
     def _log(self, topic: str, partition: int) -> Log | None:
         info = self.topics.topics.get(topic)
@@ -147,6 +149,13 @@ class FakeBroker:
 
     async def delete_topic(self, name: str) -> bool:
         return await self.topics.delete(name)
+
+    async def describe_producers(self, topic: str, partition: int) -> PartitionProducers:
+        if self._led_elsewhere(topic, partition):
+            return PartitionProducers(int(ErrorCode.not_leader_or_follower))
+        if self._log(topic, partition) is None:
+            return PartitionProducers(int(ErrorCode.unknown_topic_or_partition))
+        return PartitionProducers(0, list(self.producers.get((topic, partition), [])))
 
     async def allocate_producer_id(self) -> int:
         self._next_producer_id += 1

@@ -43,6 +43,7 @@ import org.apache.kafka.clients.admin.UserScramCredentialAlteration;
 import org.apache.kafka.clients.admin.UserScramCredentialDeletion;
 import org.apache.kafka.clients.admin.UserScramCredentialUpsertion;
 import org.apache.kafka.clients.admin.UserScramCredentialsDescription;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -188,6 +189,9 @@ public final class Driver {
             case "delete_acls": return deleteAcls(step);
             case "alter_scram": return alterScram(step);
             case "describe_scram": return describeScram(step);
+            case "txn_produce": return txnProduce(step);
+            case "ctp": return consumeTransformProduce(step);
+            case "fence": return fence(step);
             default: throw new IllegalArgumentException("unknown op " + op);
         }
     }
@@ -267,7 +271,8 @@ public final class Driver {
      */
     private Map<String, Object> consume(Map<String, Object> step) {
         String topic = (String) step.get("topic");
-        int expect = integer(step.get("expect"));
+        boolean toEnd = Boolean.TRUE.equals(step.get("to_end"));
+        int expect = toEnd ? 0 : integer(step.get("expect"));
         long timeoutMs = integer(step.getOrDefault("timeout_ms", 30000L));
         Properties props = settings(step);
         String group = (String) step.get("group");
@@ -295,6 +300,24 @@ public final class Driver {
                     records.add(record(r));
                 }
             }
+            if (toEnd) {  // "to_end" (assigned only): every partition read up to its end offset as the isolation
+                // level sees it (read_committed: the last stable offset), control records skipped
+                Map<TopicPartition, Long> ends = consumer.endOffsets(consumer.assignment(), Duration.ofSeconds(TIMEOUT_S));
+                while (!reached(consumer, ends) && System.currentTimeMillis() < deadline) {
+                    for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                        records.add(record(r));
+                    }
+                }
+                Map<String, Object> positions = new TreeMap<>();
+                for (TopicPartition tp : consumer.assignment()) {
+                    positions.put(tp.toString(), consumer.position(tp));
+                }
+                result.put("ends", positions);
+                if (!reached(consumer, ends)) {
+                    result.put("error", "Timeout");
+                    result.put("message", "not at the end offsets " + ends + ": " + positions);
+                }
+            }
             if (group != null && Boolean.TRUE.equals(step.get("commit"))) {
                 consumer.commitSync(Duration.ofSeconds(TIMEOUT_S));
             }
@@ -305,6 +328,15 @@ public final class Driver {
             result.put("message", "read " + records.size() + " of " + expect + " records");
         }
         return result;
+    }
+
+    private static boolean reached(KafkaConsumer<String, String> consumer, Map<TopicPartition, Long> ends) {
+        for (Map.Entry<TopicPartition, Long> e : ends.entrySet()) {
+            if (consumer.position(e.getKey(), Duration.ofSeconds(TIMEOUT_S)) < e.getValue()) {
+                return false;
+            }
+        }
+        return true;
     }
 
     private static final class Member {
@@ -767,6 +799,192 @@ public final class Driver {
             }
         }
         return one("users", out);
+    }
+
+    // ------------------------------------------------------------------------------------------- transactions
+
+    private KafkaProducer<String, String> transactional(Map<String, Object> step, String transactionalId) {
+        Properties props = settings(step);
+        props.put("transactional.id", transactionalId);
+        props.putIfAbsent("transaction.timeout.ms", "60000");
+        return new KafkaProducer<>(props, new StringSerializer(), new StringSerializer());
+    }
+
+    /**
+     * One transactional producer ({"transactional_id"}) runs the "transactions" in turn, each
+     * {"count", "commit": true|false, "value_prefix"}: record i of a transaction goes to partition i % "partitions"
+     * with key k{i} and value {prefix}{i}; then commitTransaction or abortTransaction. Answers each transaction's
+     * offsets and the outcome.
+     */
+    private Map<String, Object> txnProduce(Map<String, Object> step) throws Exception {
+        String topic = (String) step.get("topic");
+        int partitions = integer(step.get("partitions"));
+        List<Object> outcomes = new ArrayList<>();
+        try (KafkaProducer<String, String> producer = transactional(step, (String) step.get("transactional_id"))) {
+            producer.initTransactions();
+            for (Object raw : list(step.get("transactions"))) {
+                Map<String, Object> txn = map(raw);
+                String prefix = (String) txn.get("value_prefix");
+                producer.beginTransaction();
+                List<Future<RecordMetadata>> sends = new ArrayList<>();
+                for (int i = 0; i < integer(txn.get("count")); i++) {
+                    sends.add(producer.send(new ProducerRecord<>(topic, i % partitions, "k" + i, prefix + i)));
+                }
+                producer.flush();
+                List<Object> offsets = new ArrayList<>();
+                for (Future<RecordMetadata> f : sends) {
+                    RecordMetadata md = f.get(TIMEOUT_S, TimeUnit.SECONDS);
+                    offsets.add(pair(md.partition(), md.offset()));
+                }
+                boolean commit = Boolean.TRUE.equals(txn.get("commit"));
+                if (commit) {
+                    producer.commitTransaction();
+                } else {
+                    producer.abortTransaction();
+                }
+                Map<String, Object> outcome = new LinkedHashMap<>();
+                outcome.put("outcome", commit ? "committed" : "aborted");
+                outcome.put("offsets", offsets);
+                outcomes.add(outcome);
+            }
+        }
+        return one("transactions", outcomes);
+    }
+
+    /**
+     * The consume-transform-produce loop: a read_committed consumer in "group" subscribed to "input", and a
+     * transactional producer ("transactional_id") that writes each polled batch (at most "per_txn" records) to
+     * "output", same partition and key, value "out-" + value, and sends the consumer's offsets to the same
+     * transaction (by ConsumerGroupMetadata, or by group id with "offsets_by": "group_id", the overload Kafka 4.0
+     * removed). Transaction number "abort_txn" is aborted once and the consumer rewound to redo it. Stops when
+     * "expect" input records were committed.
+     */
+    private Map<String, Object> consumeTransformProduce(Map<String, Object> step) throws Exception {
+        String input = (String) step.get("input");
+        String output = (String) step.get("output");
+        String group = (String) step.get("group");
+        int expect = integer(step.get("expect"));
+        int abortTxn = integer(step.getOrDefault("abort_txn", -1L));
+        boolean byGroupId = "group_id".equals(step.get("offsets_by"));
+        long deadline = System.currentTimeMillis() + integer(step.getOrDefault("timeout_ms", 60000L));
+        Properties cprops = settings(step);
+        cprops.put("group.id", group);
+        cprops.put("isolation.level", "read_committed");
+        cprops.put("enable.auto.commit", "false");
+        cprops.put("auto.offset.reset", "earliest");
+        cprops.put("max.poll.records", String.valueOf(integer(step.getOrDefault("per_txn", 10L))));
+        int processed = 0;
+        int transactions = 0;
+        int aborted = 0;
+        List<Object> sizes = new ArrayList<>();
+        try (KafkaConsumer<String, String> consumer =
+                     new KafkaConsumer<>(cprops, new StringDeserializer(), new StringDeserializer());
+             KafkaProducer<String, String> producer = transactional(step, (String) step.get("transactional_id"))) {
+            producer.initTransactions();
+            consumer.subscribe(Collections.singletonList(input));
+            while (processed < expect && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
+                if (records.isEmpty()) {
+                    continue;
+                }
+                Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
+                Map<TopicPartition, Long> first = new HashMap<>();
+                producer.beginTransaction();
+                for (ConsumerRecord<String, String> r : records) {
+                    TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+                    first.putIfAbsent(tp, r.offset());
+                    next.put(tp, new OffsetAndMetadata(r.offset() + 1));
+                    producer.send(new ProducerRecord<>(output, r.partition(), r.key(), "out-" + r.value()));
+                }
+                if (byGroupId) {
+                    Method send = producer.getClass().getMethod("sendOffsetsToTransaction", Map.class, String.class);
+                    try {
+                        send.invoke(producer, next, group);
+                    } catch (InvocationTargetException e) {
+                        throw (Exception) e.getCause();
+                    }
+                } else {
+                    ConsumerGroupMetadata metadata = consumer.groupMetadata();
+                    producer.sendOffsetsToTransaction(next, metadata);
+                }
+                if (transactions == abortTxn && aborted == 0) {
+                    producer.flush();  // the records reach the broker (else the abort drops them client-side)
+                    producer.abortTransaction();
+                    aborted++;
+                    for (Map.Entry<TopicPartition, Long> e : first.entrySet()) {
+                        consumer.seek(e.getKey(), e.getValue());  // redo what the aborted transaction held
+                    }
+                } else {
+                    producer.commitTransaction();
+                    processed += records.count();
+                    sizes.add(records.count());
+                }
+                transactions++;
+            }
+        }
+        Map<String, Object> result = new LinkedHashMap<>();
+        result.put("processed", processed);
+        result.put("transactions", transactions);
+        result.put("aborted", aborted);
+        result.put("committed_sizes", sizes);
+        if (processed < expect) {
+            result.put("error", "Timeout");
+            result.put("message", "processed " + processed + " of " + expect);
+        }
+        return result;
+    }
+
+    /**
+     * Zombie fencing: producer A (transactional_id) opens a transaction and writes "a0" to "partition"; producer
+     * B initializes with the same transactional_id (which aborts A's transaction and bumps the epoch); A then
+     * sends "a1" to the same partition and tries to commit, and each error is answered; B commits b0..b2.
+     */
+    private Map<String, Object> fence(Map<String, Object> step) throws Exception {
+        String topic = (String) step.get("topic");
+        int partition = integer(step.getOrDefault("partition", 0L));
+        String id = (String) step.get("transactional_id");
+        Map<String, Object> result = new LinkedHashMap<>();
+        KafkaProducer<String, String> a = transactional(step, id);
+        try {
+            a.initTransactions();
+            a.beginTransaction();
+            result.put("a0", a.send(new ProducerRecord<>(topic, partition, "a", "a0")).get(TIMEOUT_S, TimeUnit.SECONDS)
+                    .offset());
+            try (KafkaProducer<String, String> b = transactional(step, id)) {
+                b.initTransactions();
+                result.put("a_send", attempt(() -> a.send(new ProducerRecord<>(topic, partition, "a", "a1"))
+                        .get(TIMEOUT_S, TimeUnit.SECONDS)));
+                result.put("a_commit", attempt(() -> {
+                    a.commitTransaction();
+                    return null;
+                }));
+                b.beginTransaction();
+                List<Object> offsets = new ArrayList<>();
+                for (int i = 0; i < 3; i++) {
+                    offsets.add(b.send(new ProducerRecord<>(topic, partition, "b", "b" + i))
+                            .get(TIMEOUT_S, TimeUnit.SECONDS).offset());
+                }
+                b.commitTransaction();
+                result.put("b", offsets);
+            }
+        } finally {
+            a.close(Duration.ZERO);
+        }
+        return result;
+    }
+
+    private interface Attempt {
+        Object run() throws Exception;
+    }
+
+    /** "ok", or the error's simple class name. */
+    private static Object attempt(Attempt attempt) {
+        try {
+            attempt.run();
+            return "ok";
+        } catch (Throwable t) {
+            return error(t).get("error");
+        }
     }
 
     // ------------------------------------------------------------------------------------------- helpers

@@ -3,7 +3,8 @@
 Once PrepareCommit or PrepareAbort is durable the outcome is decided, so each step is retried until it is done
 (a partition's owner may be moving, a group's coordinator restarting): nothing is given up while the coordinator
 runs. Only a sign that another coordinator incarnation has taken the transactional id over stops the work (that
-one re-sends everything, with a higher coordinator epoch that fences these markers at the partitions).
+one re-sends everything, with a higher coordinator epoch; the partitions do not check that epoch: a late marker
+from this one can only repeat the outcome the prepared record decided, and ends nothing a second time).
 Both steps may be repeated after a crash: a partition ignores a second marker for a transaction it has ended,
 a group has nothing pending for a transaction it has completed.
 """

@@ -33,6 +33,7 @@ from benchmarks.metadata_scale import metadata_scale
 from benchmarks.read_back import read_back
 from benchmarks.security import security
 from benchmarks.soak import soak
+from benchmarks.transactions import transactions
 from benchmarks.virtual_partitions import virtual
 
 GiB = 1024 * MiB
@@ -538,6 +539,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "kcat_spec": kcat,
     "catchup": catchup,
     "read_back": read_back,
+    "transactions": transactions,
     "scale": scale,
     "group_rebalance": group_rebalance,
     "pipeline_read": pipeline_read,

@@ -292,17 +292,6 @@ class Env:
             objects.close()
 
 
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    meta = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
-    e = Env(meta, LocalDirStore(tmp_path / "objects"))
-    try:
-        yield e
-    finally:
-        await e.aclose()
-        await meta.close()
-
-
 # ---------------------------------------------------------------- offsets
 
 
@@ -779,8 +768,6 @@ async def _shard_core(tmp_path: Path, fresh: bool = True) -> AsyncIterator[Any]:
     """A started ShardCore on the embedded stores in tmp_path, with (fresh) a new one-partition topic "fresh"."""
     from kafscale.broker.shard import ShardCore
     from kafscale.config import BrokerConfig
-    from kafscale.storage.embedded_store import EmbeddedStore
-    from kafscale.storage.local_store import LocalDirStore
 
     core = ShardCore(0, BrokerConfig(listen="127.0.0.1:0"), meta=EmbeddedStore(tmp_path / "m.db"),
                      objects=LocalDirStore(tmp_path / "o"))

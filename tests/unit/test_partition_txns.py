@@ -5,10 +5,8 @@ all of it survives a new owner (a move or a restart)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 
@@ -19,22 +17,9 @@ from kafscale.cluster import keys
 from kafscale.cluster.records import AbortedTxn, SegmentMeta
 from kafscale.storage.batch import split_batches
 from kafscale.storage.control import TxnMarker, marker_of
-from kafscale.storage.embedded_store import EmbeddedStore
-from kafscale.storage.local_store import LocalDirStore
 from tests.unit.test_partition_owner import Env, batch, durable, eventually, values
 
 PID, OTHER = 1000, 2000
-
-
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    meta = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
-    e = Env(meta, LocalDirStore(tmp_path / "objects"))
-    try:
-        yield e
-    finally:
-        await e.aclose()
-        await meta.close()
 
 
 def txn_batch(vals: Sequence[bytes], *, pid: int = PID, epoch: int = 0, seq: int = 0) -> bytes:

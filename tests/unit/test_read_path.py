@@ -6,8 +6,7 @@ tests/integration/test_read_path_stores.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import pytest
 
@@ -15,8 +14,6 @@ from kafscale.broker.partition_owner import PartitionOwner
 from kafscale.cluster import keys
 from kafscale.storage.batch import split_batches
 from kafscale.storage.cache import ByteLRU
-from kafscale.storage.embedded_store import EmbeddedStore
-from kafscale.storage.local_store import LocalDirStore
 from kafscale.storage.segment import SEGMENT_HEADER_SIZE, CorruptSegmentError, build_segment
 from tests.unit.test_partition_owner import (
     TOPIC,
@@ -32,17 +29,6 @@ from tests.unit.test_partition_owner import (
 )
 
 SMALL_CACHE = 8 * 1024  # segments above 1 KiB (cache / 8) are read by ranged GETs
-
-
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    meta = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
-    e = Env(meta, LocalDirStore(tmp_path / "objects"))
-    try:
-        yield e
-    finally:
-        await e.aclose()
-        await meta.close()
 
 
 async def write_segments(env: Env, segments: Sequence[Sequence[bytes]], **settings: int) -> None:

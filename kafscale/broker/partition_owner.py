@@ -302,6 +302,9 @@ class PartitionOwner:
         pending.last_offset = offset
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         pending.waiters.append(fut)
+        # EndTxn waits for this marker, and its producer already waited a flush for its last records: seal the
+        # window at the flush loop's next turn instead of at the end of its interval.
+        pending.started = min(pending.started, time.monotonic() - self.settings.flush_interval_ms / 1000)
         self._wake.set()
         return AppendOutcome(base_offset=offset, log_start_offset=self.log_start_offset, durable=fut)
 

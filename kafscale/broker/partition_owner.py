@@ -308,6 +308,11 @@ class PartitionOwner:
         self._wake.set()
         return AppendOutcome(base_offset=offset, log_start_offset=self.log_start_offset, durable=fut)
 
+    @property
+    def producers(self) -> ProducerStates:
+        """The idempotent and transactional producers' state (DescribeProducers reads it; only appends change it)."""
+        return self._producers
+
     def producer_epoch(self, producer_id: int) -> int:
         entry = self._producers.entries.get(producer_id)
         return entry.epoch if entry is not None else -1

@@ -417,7 +417,7 @@ class ShardCore:
             return PartitionProducers(int(where.error))
         if isinstance(where, Remote):
             return await where.peer.describe_producers(topic, partition)
-        return PartitionProducers(0, active_producers(where.owner._producers))
+        return PartitionProducers(0, active_producers(where.owner.producers))
 
     async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                          partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:

@@ -323,10 +323,11 @@ class PartitionOwner:
     @property
     def last_stable_offset(self) -> int:
         """read_committed consumers read up to here: the first offset of the oldest open transaction, or the
-        high watermark."""
+        high watermark; never below the log start (retention or DeleteRecords may drop a transaction's first
+        records while it is still open, and a consumer reset to the end must land inside the log)."""
         if not self.txns.open and not self.txns.has_ending:
             return self.high_watermark
-        return self.txns.last_stable_offset(self.high_watermark)
+        return max(self.log_start_offset, self.txns.last_stable_offset(self.high_watermark))
 
     def _validate(self, batches: list[tuple[int, BatchHeader]], configs: dict[str, Any]) -> AppendOutcome | None:
         for _, h in batches:

@@ -34,11 +34,13 @@ from kafscale.protocol import make, request_class
 from kafscale.protocol.errors import ErrorCode
 from kafscale.testing.kafka_reference import ReferenceKafka
 from tests.differential.wire import (
+    DELETE_RECORDS,
     FETCH,
     FIND_COORDINATOR,
     OFFSET_FETCH,
     PRODUCE,
     T0,
+    TIMEOUT,
     Peer,
     Row,
     code,
@@ -273,11 +275,12 @@ ROWS = [(b"k0", b"v0", T0), (b"k1", b"v1", T0 + 1), (b"k2", b"v2", T0 + 2)]
 PLAIN = [(b"p0", b"plain0", T0), (b"p1", b"plain1", T0 + 1)]
 
 
-def read_all(peer: Peer, topic: str, partition: int, isolation_level: int, txn: Txn | None) -> dict[str, Any]:
-    """Fetch from offset 0 until the end a client may read (the high watermark, or the last stable offset for
+def read_all(peer: Peer, topic: str, partition: int, isolation_level: int, txn: Txn | None, start: int = 0
+             ) -> dict[str, Any]:
+    """Fetch from `start` until the end a client may read (the high watermark, or the last stable offset for
     read_committed), as a consumer does: Kafka may answer one fetch with fewer batches than there are. The
     aborted transactions are those of all the fetches, in order, once each (None when every fetch said null)."""
-    offset, found, aborted = 0, [], None
+    offset, found, aborted = start, [], None
     deadline = time.monotonic() + DEADLINE_S
     while True:
         got = fetched(peer, topic, partition, offset, isolation_level, txn)
@@ -627,6 +630,45 @@ def test_an_aborted_transaction_is_listed_in_fetch(brokers: list[Peer], topic: s
         "committed": {"hw": 8, "lso": 8, "aborted": [("P", 2)], "batches": everything},
         "aborted-from": {3: [("P", 2)], 5: [("P", 2)], 6: [], 7: []},
         "latest-committed": ("NONE", 8),
+    })  # fmt: skip
+
+
+def delete_records(peer: Peer, topic: str, partition: int, offset: int) -> tuple[str, int]:
+    answer = peer.call(req(DELETE_RECORDS, timeout=TIMEOUT, topics=(sub(
+        DELETE_RECORDS, "DeleteRecordsTopic", name=topic,
+        partitions=(sub(DELETE_RECORDS, "DeleteRecordsPartition", partition_index=partition, offset=offset),)),)))
+    [p] = answer.topics[0].partitions
+    return code(p.error_code), int(p.low_watermark)
+
+
+def test_the_last_stable_offset_never_falls_below_the_log_start(brokers: list[Peer], topic: str) -> None:
+    """Records 0-2 in an open transaction, 3-4 plain; then DeleteRecords (or time retention) moves the log start
+    to 3, past the transaction's first offset. The last stable offset is then the log start, 3, not 0: a
+    read_committed consumer reset to the end must land inside the log, not below it (where every fetch is
+    OFFSET_OUT_OF_RANGE and every reset lands there again). The commit's marker at 5 then frees the log.
+    (A log start inside a batch, say 4, is where Kafka answers the batch's base, 3, below its own log start;
+    Kafscale answers the log start. Retention only ever moves it to a segment's base.)"""
+
+    def case(peer: Peer) -> Any:
+        peer.create_ready(topic, 1)
+        txn = Txn(peer)
+        steps: dict[str, Any] = {"add": named(txn.add_partitions({topic: [0]}), topic),
+                                 "produce": txn.produce(topic, 0, ROWS)}
+        assert peer.append(topic, 0, PLAIN) == 3, peer.name
+        steps["delete"] = delete_records(peer, topic, 0, 3)
+        steps["latest-committed"] = latest(peer, topic, READ_COMMITTED)
+        steps["open"] = fetched(peer, topic, 0, 3, READ_COMMITTED, txn)
+        steps["commit"] = txn.end(True)
+        wait_for("the commit marker", lambda: latest(peer, topic, READ_COMMITTED), lambda answer: answer[1] == 6)
+        steps["committed"] = read_all(peer, topic, 0, READ_COMMITTED, txn, start=3)
+        return steps
+
+    compare(brokers, case, {
+        "add": {"T:0": "NONE"}, "produce": ("NONE", 0), "delete": ("NONE", 3),
+        "latest-committed": ("NONE", 3),
+        "open": {"error": "NONE", "hw": 5, "lso": 3, "aborted": [], "batches": []},
+        "commit": "NONE",
+        "committed": {"hw": 6, "lso": 6, "aborted": [], "batches": [plain(3), marker(5, "COMMIT")]},
     })  # fmt: skip
 
 

@@ -58,8 +58,8 @@ def admin(jvm_broker: JvmBroker) -> Iterator[AdminClient]:
     yield AdminClient(jvm_broker.plaintext())
 
 
-def create(admin: AdminClient, topic: str, partitions: int = 1) -> None:
-    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+def create(admin: AdminClient, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    admin.create_topics([NewTopic(topic, partitions, config=config or {})])[topic].result(30)
 
 
 def produce(b: JvmBroker, topic: str, counts: dict[int, int]) -> None:
@@ -345,7 +345,8 @@ def test_transactions_command_lists_describes_finds_and_aborts_a_hanging_transac
     from tests.differential.wire import Peer
 
     b, topic = jvm_broker.at("PLAINTEXT"), unique_topic("tool-txn")
-    create(admin, topic, 2)
+    # kept forever: time retention (run every minute) would otherwise drop the hanging batch, timestamped long ago
+    create(admin, topic, 2, {"retention.ms": "-1"})
     with Peer("kafscale", jvm_broker.port) as peer:
         # partition 0: a real transaction, left open (its coordinator knows it: it is not hanging)
         txn = Txn(peer, timeout_ms=600_000)  # outlives the tools' runs (a minute or more on a loaded machine)

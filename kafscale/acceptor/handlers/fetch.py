@@ -25,6 +25,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     # (topic-id-or-name, partition, name or None) in request order
     wanted: list[tuple[Any, int, str | None]] = []
     parts: list[FetchItem] = []
+    # A partition named twice is answered once, where it was first named, and fetched at the offset it was last
+    # named with, as Kafka does (its request is a map): (topic, partition) -> its index in parts, -1 for none
+    seen: dict[tuple[Any, int], int] = {}
     denied: set[Any] = set()
     for topic in req.topics:
         if by_id:
@@ -36,10 +39,18 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             ident = topic.topic
         if name is not None and not allowed(broker, ctx, Operation.READ, ResourceType.TOPIC, name):
             denied.add(ident)
+        fetchable = name is not None and ident not in denied
         for p in topic.partitions:
+            key = (ident, int(p.partition))
+            item = (name or "", int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
+            if key in seen:
+                if seen[key] >= 0:
+                    parts[seen[key]] = item
+                continue
             wanted.append((ident, int(p.partition), name))
-            if name is not None and ident not in denied:
-                parts.append((name, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes)))
+            seen[key] = len(parts) if fetchable else -1
+            if fetchable:
+                parts.append(item)
     max_bytes = int(getattr(req, "max_bytes", 0x7FFFFFFF))  # v3+
     isolation = int(getattr(req, "isolation_level", 0))  # v4+; 1: read_committed
     answers = await broker.fetch(parts, ms(req.max_wait), int(req.min_bytes), max_bytes, isolation)
@@ -61,14 +72,16 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 leader = {"current_leader": make(mod.LeaderIdAndEpoch, leader_id=found[0], leader_epoch=found[1])}
                 host, port = found[2].on(ctx.listener.name)
                 endpoints[found[0]] = make(mod.NodeEndpoint, node_id=found[0], host=host, port=port, rack=None)
+        failed = r.error != ErrorCode.none  # Kafka tells no offsets with an error (-1 for each)
+        lso = r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark
         grouped.setdefault(ident, []).append(make(
             mod.PartitionData,
             **leader,
             partition_index=partition,
             error_code=ErrorCode(r.error),
-            high_watermark=r.high_watermark,
-            last_stable_offset=r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
-            log_start_offset=r.log_start_offset,
+            high_watermark=-1 if failed else r.high_watermark,
+            last_stable_offset=-1 if failed else lso,
+            log_start_offset=-1 if failed else r.log_start_offset,
             aborted_transactions=None if r.error or r.aborted is None else tuple(
                 make(mod.AbortedTransaction, producer_id=pid, first_offset=first) for pid, first in r.aborted),
             preferred_read_replica=-1,

@@ -58,9 +58,8 @@ async def sweep_partition(owner: PartitionOwner, grace_s: float, now: float | No
     """Delete the owner's partition's objects that are garbage for good and older than grace_s."""
     ns, topic, partition = owner.settings.namespace, owner.topic, owner.partition
     end = owner.high_watermark  # read together with the segments, before the listing (see above)
-    committed = {key for s in owner.segments
-                 for key in (object_keys.segment_key(ns, topic, partition, s.base, s.key_epoch),
-                             object_keys.index_key(ns, topic, partition, s.base, s.key_epoch))}
+    committed = {key for s in owner.segments if not s.pack
+                 for key in (s.stored(ns, topic, partition).key, s.stored(ns, topic, partition).index_key)}
     listed = await owner.objects.list(object_keys.partition_prefix(ns, topic, partition))
     now = time.time() if now is None else now
     garbage = [o for o in listed if o.key not in committed and _below(o.key, (ns, topic, partition), end)]

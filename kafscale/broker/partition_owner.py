@@ -32,7 +32,14 @@ from kafscale.broker.txn_state import PartitionTxns
 from kafscale.cluster import keys, topic_configs
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage.async_store import AsyncObjectStore
-from kafscale.storage.batch import BatchHeader, InvalidBatchError, set_base_offset, set_log_append_time, split_batches
+from kafscale.storage.batch import (
+    BatchHeader,
+    InvalidBatchError,
+    client_batch_problem,
+    set_base_offset,
+    set_log_append_time,
+    split_batches,
+)
 from kafscale.storage.cache import ByteLRU
 from kafscale.storage.control import TxnMarker
 from kafscale.storage.health import HealthState
@@ -331,6 +338,9 @@ class PartitionOwner:
 
     def _validate(self, batches: list[tuple[int, BatchHeader]], configs: dict[str, Any]) -> AppendOutcome | None:
         for _, h in batches:
+            problem = client_batch_problem(h)
+            if problem is not None:
+                return AppendOutcome(ErrorCode.invalid_record, message=problem)
             if h.is_control:  # only a transaction coordinator writes markers
                 return AppendOutcome(ErrorCode.invalid_record, message="control batches come from the broker only")
             if h.is_transactional and h.producer_id < 0:

@@ -53,8 +53,13 @@ class CachedSegment:
         return cls(data, [h.base_offset for _, h in found], [p for p, _ in found], [h for _, h in found])
 
     def slice_from(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from the one holding `offset`; at least one batch, as Kafka does."""
+        """Whole batches from the one holding `offset` (in a compacted segment's gap: the next one); at least one
+        batch, as Kafka does. Empty when the segment holds nothing at or after `offset`."""
         i = max(bisect.bisect_right(self.bases, offset) - 1, 0)
+        if self.headers[i].last_offset < offset:
+            i += 1
+        if i == len(self.headers):
+            return b""
         start = self.positions[i]
         end = start
         while i < len(self.headers):
@@ -70,10 +75,16 @@ class ReadPath:
     def __init__(self, owner: PartitionOwner, cache: ByteLRU) -> None:
         self.owner = owner
         self.cache = cache
-        self._inflight: dict[int, asyncio.Task[CachedSegment]] = {}
+        self._inflight: dict[tuple[int, int], asyncio.Task[CachedSegment]] = {}
 
-    def _key(self, base: int) -> tuple[str, str, int, int]:
-        return ("seg", self.owner.topic, self.owner.partition, base)
+    def _key(self, meta: SegmentMeta, kind: str = "seg") -> tuple[str, str, int, int, int]:
+        """A segment's cache key. A cleaning rewrites segments at the same base: the pass tells them apart."""
+        return (kind, self.owner.topic, self.owner.partition, meta.base, meta.cleaned)
+
+    def discard(self, meta: SegmentMeta) -> None:
+        """Forget a segment that is no longer committed (retention dropped it, a cleaning replaced it)."""
+        self.cache.discard(self._key(meta))
+        self.cache.discard(self._key(meta, "idx"))
 
     def _stored(self, meta: SegmentMeta) -> StoredAt:
         """Where the segment is: an object of its own, or (a virtual partition's) a range of a pack; every read
@@ -89,37 +100,42 @@ class ReadPath:
     def cache_built(self, meta: SegmentMeta, built: BuiltSegment) -> None:
         """Write-through after a flush: the tail a live consumer asks for next is already here.
         The builder already knows where every batch sits, so nothing is parsed again."""
-        self.cache.put(self._key(meta.base), CachedSegment.of_batches(built.data, built.batches), len(built.data))
+        self.cache.put(self._key(meta), CachedSegment.of_batches(built.data, built.batches), len(built.data))
 
     def cached(self, offset: int) -> bool:
         """Whether a read at `offset` would be answered from memory, without an object store call."""
         meta = self.owner.segment_for(offset)
-        return meta is not None and self._whole_segments(meta) and self._key(meta.base) in self.cache
+        return meta is not None and self._whole_segments(meta) and self._key(meta) in self.cache
 
     def _whole_segments(self, meta: SegmentMeta) -> bool:
         return meta.size <= max(self.cache.capacity // 8, 1)
 
     async def read(self, offset: int, max_bytes: int) -> bytes:
-        """Committed record batches starting at the batch that holds `offset` (caller checked bounds)."""
-        meta = self.owner.segment_for(offset)
-        if meta is None:
-            return b""
-        offset = max(offset, meta.base)
-        if self._whole_segments(meta):
-            seg = await self._load(meta)
-            self._read_ahead(meta)
-            return seg.slice_from(offset, max_bytes)
-        return await self._ranged(meta, offset, max_bytes)
+        """Committed record batches starting at the batch that holds `offset` (caller checked bounds), or at the
+        next one when a cleaning removed it: a consumer inside a removed range moves on, as in Kafka."""
+        while (meta := self.owner.segment_for(offset)) is not None:
+            offset = max(offset, meta.base)
+            if self._whole_segments(meta):
+                seg = await self._load(meta)
+                self._read_ahead(meta)
+                found = seg.slice_from(offset, max_bytes)
+            else:
+                found = await self._ranged(meta, offset, max_bytes)
+            if found:
+                return found
+            offset = meta.last + 1  # the rest of a compacted segment was removed
+        return b""
 
     async def _load(self, meta: SegmentMeta) -> CachedSegment:
-        cached = self.cache.get(self._key(meta.base))
+        cached = self.cache.get(self._key(meta))
         if cached is not None:
             return cached
-        task = self._inflight.get(meta.base)
+        which = (meta.base, meta.cleaned)
+        task = self._inflight.get(which)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._fetch_whole(meta))
-            self._inflight[meta.base] = task
-            task.add_done_callback(lambda _t, b=meta.base: self._inflight.pop(b, None))
+            self._inflight[which] = task
+            task.add_done_callback(lambda _t: self._inflight.pop(which, None))
         return await asyncio.shield(task)
 
     async def _fetch_whole(self, meta: SegmentMeta) -> CachedSegment:
@@ -127,28 +143,28 @@ class ReadPath:
         key = at.key
         data = await (self.owner.objects.get(key) if at.whole else self.owner.objects.get_range(key, at.start, at.size))
         seg = await asyncio.get_running_loop().run_in_executor(None, CachedSegment.parse, data, key, True, meta)
-        self.cache.put(self._key(meta.base), seg, len(data))
+        self.cache.put(self._key(meta), seg, len(data))
         return seg
 
     def _read_ahead(self, meta: SegmentMeta) -> None:
         segments = self.owner.segments
         i = bisect.bisect_left(segments, meta.base, key=lambda s: s.base)
         for nxt in segments[i + 1 : i + 1 + self.owner.settings.readahead_segments]:
-            if (self._whole_segments(nxt) and self._key(nxt.base) not in self.cache
-                    and nxt.base not in self._inflight):
+            which = (nxt.base, nxt.cleaned)
+            if self._whole_segments(nxt) and self._key(nxt) not in self.cache and which not in self._inflight:
                 task = asyncio.get_running_loop().create_task(self._fetch_whole(nxt))
-                self._inflight[nxt.base] = task
-                task.add_done_callback(self._readahead_done(nxt.base))
+                self._inflight[which] = task
+                task.add_done_callback(self._readahead_done(which))
 
-    def _readahead_done(self, base: int) -> Any:
+    def _readahead_done(self, which: tuple[int, int]) -> Any:
         def done(task: asyncio.Task[CachedSegment]) -> None:
-            self._inflight.pop(base, None)
+            self._inflight.pop(which, None)
             if not task.cancelled() and task.exception() is not None:
-                log.debug("read-ahead of segment %d failed: %s", base, task.exception())
+                log.debug("read-ahead of segment %d failed: %s", which[0], task.exception())
         return done
 
     async def index(self, meta: SegmentMeta) -> SegmentIndex:
-        key = ("idx", self.owner.topic, self.owner.partition, meta.base)
+        key = self._key(meta, "idx")
         cached = self.cache.get(key)
         if cached is None:
             raw, where = await self._index_bytes(meta)
@@ -181,7 +197,7 @@ class ReadPath:
                     break
                 header = read_header(chunk, at, key=key)
                 check_crc(chunk, at, header, key=key)
-                if header.base_offset != expected:
+                if header.base_offset != expected and not (meta.cleaned and header.base_offset > expected):
                     raise CorruptSegmentError(f"batch starts at offset {header.base_offset}, expected {expected}",
                                               key=key, position=pos + at)
                 expected = header.last_offset + 1

@@ -52,6 +52,13 @@ def retention_start(segments: list[SegmentMeta], log_start: int, retention_ms: i
     return max(log_start, live[count - 1].last + 1) if count else log_start
 
 
+def _keys(s: SegmentMeta, ns: str, topic: str, partition: int) -> set[str]:
+    """The committed segment's objects, and the plain keys a dead owner may have left at its base."""
+    at = s.stored(ns, topic, partition)
+    return {at.key, at.index_key, object_keys.segment_key(ns, topic, partition, s.base),
+            object_keys.index_key(ns, topic, partition, s.base)}
+
+
 async def truncate(owner: PartitionOwner, offset: int) -> int:
     """Move owner's log start to offset and delete the segments wholly below it; the new log start."""
     dropped = await owner.advance_log_start(offset)
@@ -61,13 +68,9 @@ async def truncate(owner: PartitionOwner, offset: int) -> int:
         # holds a dead owner's uncommitted leftover, garbage that goes with the range it covered.
         # A virtual partition's segments live in packs its physical partition's other lanes share: the janitor
         # deletes a pack once no lane's commit names it.
-        epochs = {s.base: sorted({0, s.key_epoch}) for s in dropped if not s.pack}
-        gone = [key for s in dropped if not s.pack for e in epochs[s.base]
-                for key in (object_keys.segment_key(ns, topic, partition, s.base, e),
-                            object_keys.index_key(ns, topic, partition, s.base, e))]
+        gone = [key for s in dropped if not s.pack for key in _keys(s, ns, topic, partition)]
         for s in dropped:
-            owner.reader.cache.discard(("seg", topic, partition, s.base))
-            owner.reader.cache.discard(("idx", topic, partition, s.base))
+            owner.reader.discard(s)
         try:
             await owner.objects.delete_many(gone)
         except Exception as e:
@@ -80,6 +83,8 @@ async def truncate(owner: PartitionOwner, offset: int) -> int:
 async def enforce(owner: PartitionOwner, now_ms: int | None = None) -> int:
     """Apply the topic's retention to one owner; returns the log start offset afterwards."""
     configs = owner.topic_config()
+    if "delete" not in str(configs.get("cleanup.policy", "delete")).split(","):
+        return owner.log_start_offset  # compact only (or no policy): nothing expires, as in Kafka
     start = retention_start(owner.segments, owner.log_start_offset, int(configs.get("retention.ms", 604800000)),
                             int(configs.get("retention.bytes", -1)),
                             int(time.time() * 1000) if now_ms is None else now_ms)

@@ -61,6 +61,9 @@ class SegmentMeta:
     # The transactions aborted by markers in this segment, (producer id, first offset, marker offset) each: the
     # partition's aborted-transaction index, which read_committed fetches list (docs/format.md).
     aborted: tuple[AbortedTxn, ...] = ()
+    # The cleaning pass that wrote it (kafscale.compaction; its key's -c variant): a compacted segment, whose
+    # batches may leave gaps in [base, last]. 0: the segment as flushed.
+    cleaned: int = 0
 
     def to_value(self) -> dict[str, Any]:
         value: dict[str, Any] = {
@@ -70,21 +73,25 @@ class SegmentMeta:
             value.update(pack=self.pack, position=self.position, index_size=self.index_size)
         if self.aborted:
             value["aborted"] = [a.to_value() for a in self.aborted]
+        if self.cleaned:
+            value["cleaned"] = self.cleaned
         return value
 
     @classmethod
     def from_value(cls, v: dict[str, Any]) -> SegmentMeta:
         return cls(v["base"], v["last"], v["size"], v["records"], v["min_ts"], v["max_ts"], v["crc"],
                    v["created_ms"], v.get("key_epoch", 0), v.get("pack", ""), v.get("position", 0),
-                   v.get("index_size", 0), tuple(AbortedTxn.from_value(a) for a in v.get("aborted", ())))
+                   v.get("index_size", 0), tuple(AbortedTxn.from_value(a) for a in v.get("aborted", ())),
+                   v.get("cleaned", 0))
 
     def stored(self, namespace: str, topic: str, partition: int) -> StoredAt:
         """Where this segment of a topic's partition is in the object store."""
         if self.pack:
             key = object_keys.pack_key(namespace, topic, self.pack)
             return StoredAt(key, self.position, self.size, False, key, self.position + self.size, self.index_size)
-        return StoredAt(object_keys.segment_key(namespace, topic, partition, self.base, self.key_epoch), 0, self.size,
-                        True, object_keys.index_key(namespace, topic, partition, self.base, self.key_epoch), 0, None)
+        segment = object_keys.segment_key(namespace, topic, partition, self.base, self.key_epoch, self.cleaned)
+        index = object_keys.index_key(namespace, topic, partition, self.base, self.key_epoch, self.cleaned)
+        return StoredAt(segment, 0, self.size, True, index, 0, None)
 
     @classmethod
     def from_info(cls, info: Any, key_epoch: int = 0, pack: str = "", position: int = 0,

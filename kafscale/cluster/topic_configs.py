@@ -3,15 +3,15 @@
 Validation is Kafka's ConfigDef for the same configs: the same types (INT is 32-bit, LONG 64-bit), minimums and
 allowed strings, surrounding whitespace ignored, and a value stored the way Kafka stores it (parsed and written
 again: ' 5 ' is '5', a list loses repeats). Refusals are worded as Kafka words them, since tools print them verbatim.
-The configs Kafka has that Kafscale cannot honour (UNSUPPORTED: compaction, replicas, local log files, tiered
-storage...) are refused by name, and so are the values of a supported config that Kafscale cannot honour
-(cleanup.policy=compact); docs/compatibility.md lists them.
+The configs Kafka has that Kafscale cannot honour (UNSUPPORTED: replicas, local log files, tiered storage...) are
+refused by name; docs/compatibility.md lists them.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from kafscale.cluster.virtual import TOPIC_CONFIG as VIRTUAL_PARTITIONS
 
@@ -24,22 +24,31 @@ DEFAULTS: dict[str, str] = {
     "segment.bytes": str(4 * 1024 * 1024),
     "compression.type": "producer",
     "cleanup.policy": "delete",
+    # Compaction (kafscale.compaction, docs/compaction.md)
+    "delete.retention.ms": "86400000",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
+    "max.compaction.lag.ms": str(2**63 - 1),
+    "segment.ms": "604800000",
     "message.timestamp.type": "CreateTime",
     "max.message.bytes": "1048588",
 }
 
 _RANGES = {"INT": (-(2**31), 2**31 - 1), "LONG": (-(2**63), 2**63 - 1)}
 _NUMBER = re.compile(r"[+-]?[0-9]+")
+# What Java's Double.parseDouble takes: decimal, and hexadecimal with a binary exponent.
+_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)")
+_HEX_DOUBLE = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?")
 
 
 @dataclass(frozen=True, slots=True)
 class Spec:
-    """One config as Kafka defines it (kind: INT, LONG, STRING or LIST), and what of it Kafscale honours."""
+    """One config as Kafka defines it (kind: INT, LONG, DOUBLE, STRING or LIST)."""
 
     kind: str
     minimum: int | None = None
+    maximum: int | None = None
     allowed: tuple[str, ...] = ()  # Kafka's valid strings (list items), in the order its message names them
-    honoured: tuple[str, ...] = ()  # of those, the ones Kafscale implements (empty: all)
 
 
 SPECS: dict[str, Spec] = {
@@ -47,26 +56,31 @@ SPECS: dict[str, Spec] = {
     "retention.bytes": Spec("LONG"),
     "segment.bytes": Spec("INT", minimum=1024 * 1024),
     "compression.type": Spec("STRING", allowed=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
-    "cleanup.policy": Spec("LIST", allowed=("compact", "delete"), honoured=("delete",)),
+    "cleanup.policy": Spec("LIST", allowed=("compact", "delete")),
+    "delete.retention.ms": Spec("LONG", minimum=0),
+    "min.cleanable.dirty.ratio": Spec("DOUBLE", minimum=0, maximum=1),
+    "min.compaction.lag.ms": Spec("LONG", minimum=0),
+    "max.compaction.lag.ms": Spec("LONG", minimum=1),
+    "segment.ms": Spec("LONG", minimum=1),
     "message.timestamp.type": Spec("STRING", allowed=("CreateTime", "LogAppendTime")),
     "max.message.bytes": Spec("INT", minimum=0),
     # The partitions clients see over the physical ones (kafscale.cluster.virtual); Kafscale's own.
     VIRTUAL_PARTITIONS: Spec("INT", minimum=1),
 }
 
-# Apache Kafka 4.4's topic configs that Kafscale refuses: log compaction (cleanup.policy=compact and its settings),
-# replication (min.insync.replicas, unclean election, replication throttles), the local log files and their
-# flushing (segments here are objects, flushed by `--flush-interval-ms`), tiered storage (all data is in the object
-# store already), per-codec compression levels, the dead letter queue of streams groups and record timestamp bounds.
+# Apache Kafka 4.4's topic configs that Kafscale refuses: replication (min.insync.replicas, unclean election,
+# replication throttles), the local log files and their flushing (segments here are objects, flushed by
+# `--flush-interval-ms`), tiered storage (all data is in the object store already), per-codec compression levels,
+# the dead letter queue of streams groups and record timestamp bounds.
 UNSUPPORTED = frozenset({
-    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "delete.retention.ms",
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     "errors.deadletterqueue.group.enable", "file.delete.delay.ms", "flush.messages", "flush.ms",
     "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
-    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms", "max.decompressed.message.bytes",
-    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms", "min.insync.replicas", "preallocate", "remote.copy.lag.bytes", "remote.copy.lag.ms",
+    "local.retention.bytes", "local.retention.ms", "max.decompressed.message.bytes",
+    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms",
+    "min.insync.replicas", "preallocate", "remote.copy.lag.bytes", "remote.copy.lag.ms",
     "remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable", "segment.index.bytes",
-    "segment.jitter.ms", "segment.ms", "unclean.leader.election.enable",
+    "segment.jitter.ms", "unclean.leader.election.enable",
 })  # fmt: skip
 
 
@@ -88,12 +102,19 @@ def value_problem(name: str, value: str) -> str | None:
         if spec.minimum is not None and int(text) < spec.minimum:
             return f"{invalid}: Value must be at least {spec.minimum}"
         return None
+    if spec.kind == "DOUBLE":
+        if _DOUBLE.fullmatch(text) is None and _HEX_DOUBLE.fullmatch(text) is None:
+            return f"{invalid}: Not a number of type DOUBLE"
+        number = _double(text)
+        if spec.minimum is not None and number < spec.minimum:  # NaN passes both, as in Kafka's Range
+            return f"{invalid}: Value must be at least {spec.minimum}"
+        if spec.maximum is not None and number > spec.maximum:
+            return f"{invalid}: Value must be no more than {spec.maximum}"
+        return None
     items = _items(value) if spec.kind == "LIST" else [text]
     for item in items:
         if item not in spec.allowed:
             return f"Invalid value {item} for configuration {name}: String must be one of: {', '.join(spec.allowed)}"
-    if spec.honoured and (not items or any(item not in spec.honoured for item in items)):
-        return f"{invalid}: Kafscale supports only {', '.join(spec.honoured)}"
     return None
 
 
@@ -110,9 +131,37 @@ def canonical(name: str, value: str) -> str:
     spec = SPECS[name]
     if spec.kind in _RANGES:
         return str(int(value.strip()))
+    if spec.kind == "DOUBLE":
+        return java_double(_double(value.strip()))
     if spec.kind == "LIST":
         return ",".join(dict.fromkeys(_items(value)))
     return value.strip()
+
+
+def _double(text: str) -> float:
+    if _HEX_DOUBLE.fullmatch(text):
+        return float.fromhex(text.rstrip("fFdD"))
+    return float(text.rstrip("fFdD"))
+
+
+def java_double(number: float) -> str:
+    """A double as Java's Double.toString writes it (what Kafka stores): 0.5, 1.0, 1.0E-4, 1.5E7."""
+    if number != number or abs(number) == float("inf"):
+        return "NaN" if number != number else ("Infinity" if number > 0 else "-Infinity")
+    if number == 0 or 1e-3 <= abs(number) < 1e7:
+        return repr(number)  # the shortest digits, never in exponent form in this range
+    sign, digits, exponent = Decimal(repr(number)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{len(text) - 1 + int(exponent)}"
+
+
+def combination_problem(configs: dict[str, str]) -> str | None:
+    """Kafka's check across configs (LogConfig.validate): the compaction lags must be in order."""
+    low = int(configs.get("min.compaction.lag.ms", DEFAULTS["min.compaction.lag.ms"]))
+    high = int(configs.get("max.compaction.lag.ms", DEFAULTS["max.compaction.lag.ms"]))
+    if low > high:
+        return f"conflict topic config setting min.compaction.lag.ms ({low}) > max.compaction.lag.ms ({high})"
+    return None
 
 
 def validate(configs: dict[str, str | None]) -> str | None:
@@ -126,4 +175,4 @@ def validate(configs: dict[str, str | None]) -> str | None:
         problem = value_problem(name, value)
         if problem:
             return problem
-    return None
+    return combination_problem({k: canonical(k, v) for k, v in configs.items() if v is not None})

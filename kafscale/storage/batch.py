@@ -35,6 +35,7 @@ __all__ = [
     "InvalidBatchError",
     "batch_size",
     "check_crc",
+    "client_batch_problem",
     "count_records",
     "read_header",
     "set_base_offset",
@@ -66,6 +67,9 @@ MAX_CODEC = 4  # zstd
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+# KIP-534: set by a log cleaner on a batch holding tombstones or a marker it keeps for now; the batch's
+# baseTimestamp is then the time after which the cleaner may remove them (its records' deltas stay relative).
+DELETE_HORIZON_BIT = 0x40
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _I64 = struct.Struct(">q")
@@ -166,6 +170,11 @@ class BatchHeader:
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_BIT)
 
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534's delete horizon a cleaner stamped on the batch, or None."""
+        return self.first_timestamp if self.attributes & DELETE_HORIZON_BIT else None
+
 
 def read_header(buf: Buffer, pos: int = 0, *, key: str | None = None) -> BatchHeader:
     """Parse and structurally validate the batch starting at ``pos``; the CRC is not checked here.
@@ -217,6 +226,15 @@ def split_batches(
         out.append((pos, header))
         pos += header.batch_length + LOG_OVERHEAD
     return out
+
+
+def client_batch_problem(header: BatchHeader) -> str | None:
+    """Kafka's rule for batches a producer sends (LogValidator.validateBatch): one record per offset of the
+    batch's range. Stored batches may hold fewer once compacted."""
+    if header.record_count != header.last_offset_delta + 1:
+        return (f"record batch offset range covers {header.last_offset_delta + 1} offsets"
+                f" but declares {header.record_count} records")
+    return None
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
@@ -283,9 +301,9 @@ def _read_header(buf: Buffer, pos: int, key: str | None, base: int) -> BatchHead
             key=key,
             position=where,
         )
-    # Kafka (LogValidator.validateBatch) enforces these on client batches only, because compaction may
-    # leave stored batches with fewer records than their offset range. Kafscale never compacts, so every
-    # batch it stores obeys them too and the check holds everywhere.
+    # Compaction leaves stored batches with fewer records than their offset range, even none (Kafka's
+    # cleaner does the same), so only what no batch may ever hold is refused here; the produce path adds
+    # the client rule (`client_batch_problem`).
     if header.last_offset_delta < 0:
         raise InvalidBatchError(
             f"record batch has a negative last offset delta {header.last_offset_delta}",
@@ -293,7 +311,7 @@ def _read_header(buf: Buffer, pos: int, key: str | None, base: int) -> BatchHead
             key=key,
             position=where,
         )
-    if header.record_count != header.last_offset_delta + 1:
+    if not 0 <= header.record_count <= header.last_offset_delta + 1:
         raise InvalidBatchError(
             f"record batch offset range covers {header.last_offset_delta + 1} offsets"
             f" but declares {header.record_count} records",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from kafscale.storage import varint
 from kafscale.storage.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, BatchHeader, InvalidBatchError
 
 ABORT, COMMIT = 0, 1
@@ -70,26 +71,14 @@ def _record(key: bytes, value: bytes) -> bytes:
 
 
 def _varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    return varint.encode(n)
 
 
 def _read_varint(view: memoryview, at: int) -> tuple[int, int]:
-    shift = z = 0
-    while True:
-        if at >= len(view) or shift > 63:
-            raise InvalidBatchError("control record truncated", 87)
-        b = view[at]
-        at += 1
-        z |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (z >> 1) ^ -(z & 1), at
-        shift += 7
+    try:
+        return varint.decode(view, at)
+    except varint.VarintError:
+        raise InvalidBatchError("control record truncated", 87) from None
 
 
 def _skip_varint(view: memoryview, at: int) -> int:

@@ -1,4 +1,5 @@
-"""Object keys of segments and indexes: ``{namespace}/{topic}/{partition}/segment-{base:020d}[-e{epoch}].kfs|.index``.
+"""Object keys of segments and indexes:
+``{namespace}/{topic}/{partition}/segment-{base:020d}[-e{epoch}][-c{cleaning}].kfs|.index``.
 
 The base offset is zero-padded to 20 digits so that a lexicographic listing (what S3's ListObjectsV2
 returns) is also offset order. Builders reject names that would not parse back, so every key we write
@@ -8,6 +9,10 @@ The `-e{epoch}` variant is written only when the plain key is already taken by a
 uploaded but never committed: the owner of that epoch then writes its own key instead of deleting the
 leftover, which a zombie could otherwise race with its successor. Which key holds a committed segment is
 recorded in its metadata (`key_epoch`, 0 for the plain key).
+
+The `-c{cleaning}` variant is a compacted segment (kafscale.compaction): a cleaning pass of the owner of that
+epoch rewrote the segments from `base` on into it. Its own key, never the key of what it replaces, so a reader
+holding the old segment list still finds the old objects, and a deposed owner's cleaning writes over nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ INDEX_SUFFIX = "index"
 MAX_TOPIC_NAME = 249
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]+")
 _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
-_FILE_RE = re.compile(r"segment-([0-9]{20})(?:-e([1-9][0-9]{0,18}))?\.(kfs|index)")
+_FILE_RE = re.compile(r"segment-([0-9]{20})(?:-e([1-9][0-9]{0,18}))?(?:-c([1-9][0-9]{0,18}))?\.(kfs|index)")
 _MAX_PARTITION = 2**31 - 1
 _MAX_OFFSET = 2**63 - 1
 
@@ -44,6 +49,7 @@ class SegmentKey(NamedTuple):
     base_offset: int
     kind: Literal["kfs", "index"]
     epoch: int = 0  # the owner epoch of a `-e{epoch}` variant key; 0 for the plain key
+    cleaning: int = 0  # the cleaning pass of a `-c{cleaning}` variant key; 0 for a segment as flushed
 
 
 def partition_prefix(namespace: str, topic: str, partition: int) -> str:
@@ -55,12 +61,14 @@ def partition_prefix(namespace: str, topic: str, partition: int) -> str:
     return f"{namespace}/{topic}/{partition}/"
 
 
-def segment_key(namespace: str, topic: str, partition: int, base_offset: int, epoch: int = 0) -> str:
-    return _object_key(namespace, topic, partition, base_offset, SEGMENT_SUFFIX, epoch)
+def segment_key(namespace: str, topic: str, partition: int, base_offset: int, epoch: int = 0, cleaning: int = 0
+                ) -> str:
+    return _object_key(namespace, topic, partition, base_offset, SEGMENT_SUFFIX, epoch, cleaning)
 
 
-def index_key(namespace: str, topic: str, partition: int, base_offset: int, epoch: int = 0) -> str:
-    return _object_key(namespace, topic, partition, base_offset, INDEX_SUFFIX, epoch)
+def index_key(namespace: str, topic: str, partition: int, base_offset: int, epoch: int = 0, cleaning: int = 0
+              ) -> str:
+    return _object_key(namespace, topic, partition, base_offset, INDEX_SUFFIX, epoch, cleaning)
 
 
 PACK_SUFFIX = "kfp"
@@ -104,19 +112,22 @@ def parse_segment_key(key: str) -> SegmentKey | None:
         return None
     base_offset = int(match.group(1))
     partition_id = int(partition)
-    epoch = int(match.group(2) or 0)
-    if base_offset > _MAX_OFFSET or partition_id > _MAX_PARTITION or epoch > _MAX_OFFSET:
+    epoch, cleaning = int(match.group(2) or 0), int(match.group(3) or 0)
+    if base_offset > _MAX_OFFSET or partition_id > _MAX_PARTITION or epoch > _MAX_OFFSET or cleaning > _MAX_OFFSET:
         return None
-    kind: Literal["kfs", "index"] = "kfs" if match.group(3) == SEGMENT_SUFFIX else "index"
-    return SegmentKey(namespace, topic, partition_id, base_offset, kind, epoch)
+    kind: Literal["kfs", "index"] = "kfs" if match.group(4) == SEGMENT_SUFFIX else "index"
+    return SegmentKey(namespace, topic, partition_id, base_offset, kind, epoch, cleaning)
 
 
-def _object_key(namespace: str, topic: str, partition: int, base_offset: int, suffix: str, epoch: int) -> str:
+def _object_key(namespace: str, topic: str, partition: int, base_offset: int, suffix: str, epoch: int,
+                cleaning: int = 0) -> str:
     if not 0 <= base_offset <= _MAX_OFFSET:
         raise ValueError(f"base offset {base_offset} out of range")
     if not 0 <= epoch <= _MAX_OFFSET:
         raise ValueError(f"epoch {epoch} out of range")
-    variant = f"-e{epoch}" if epoch else ""
+    if not 0 <= cleaning <= _MAX_OFFSET:
+        raise ValueError(f"cleaning {cleaning} out of range")
+    variant = (f"-e{epoch}" if epoch else "") + (f"-c{cleaning}" if cleaning else "")
     return f"{partition_prefix(namespace, topic, partition)}segment-{base_offset:020d}{variant}.{suffix}"
 
 

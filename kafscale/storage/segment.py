@@ -24,6 +24,7 @@ from kafscale.storage.batch import BatchHeader, Buffer, CorruptSegmentError, Inv
 from kafscale.storage.index import FIRST_BATCH_POSITION, build_index
 
 __all__ = [
+    "FLAG_COMPACTED",
     "FLAG_HEADER_CRC",
     "SEGMENT_FOOTER_SIZE",
     "SEGMENT_HEADER_SIZE",
@@ -48,7 +49,11 @@ SEGMENT_FOOTER_SIZE = 16
 # it, so no header byte can flip unnoticed. Without it (the seed's and the Go Kafscale's layout) that
 # field must be 0 and created-ms cannot be checked; such segments are still read.
 FLAG_HEADER_CRC = 0x0001
-_KNOWN_FLAGS = FLAG_HEADER_CRC
+# Flags bit 1: a compacted segment (kafscale.compaction). It covers offsets [header base, footer last] as the
+# segments it replaced did, but its batches may leave gaps (removed records) anywhere in that range, and a batch
+# may hold fewer records than its offset range (as Kafka's cleaned batches do).
+FLAG_COMPACTED = 0x0002
+_KNOWN_FLAGS = FLAG_HEADER_CRC | FLAG_COMPACTED
 assert SEGMENT_HEADER_SIZE == FIRST_BATCH_POSITION
 
 _HEADER_FIELDS = struct.Struct(">4sHHqiq")
@@ -64,6 +69,7 @@ class SegmentHeader(NamedTuple):
     base_offset: int
     record_count: int
     created_ms: int
+    compacted: bool = False  # FLAG_COMPACTED
 
 
 class SegmentFooter(NamedTuple):
@@ -108,12 +114,14 @@ def build_segment(
     created_ms: int,
     index_interval_bytes: int = 4096,
     index_interval_records: int | None = None,
+    span: tuple[int, int] | None = None,
 ) -> BuiltSegment:
     """Assemble a segment object and its index from batches that already carry their final offsets.
 
     Each element of ``batches`` holds one or more whole v2 batches (a produce request's records can be
     passed as they are). Offsets must be contiguous; CRCs are verified so that a batch damaged in
-    memory is refused now rather than stored forever.
+    memory is refused now rather than stored forever. ``span``: a compacted segment covering offsets
+    [first, last], whose batches lie in that range in order, with gaps allowed.
     """
     if not batches:
         raise ValueError("a segment needs at least one batch")
@@ -123,7 +131,14 @@ def build_segment(
     body_crc = 0
     for view in views:
         for rel, header in split_batches(view, base_position=position):
-            if placed and header.base_offset != placed[-1][1].last_offset + 1:
+            if span is not None:
+                floor = placed[-1][1].last_offset + 1 if placed else span[0]
+                if not floor <= header.base_offset <= header.last_offset <= span[1]:
+                    raise ValueError(
+                        f"batch at byte {position + rel} holds offsets {header.base_offset}..{header.last_offset},"
+                        f" outside {floor}..{span[1]}"
+                    )
+            elif placed and header.base_offset != placed[-1][1].last_offset + 1:
                 raise ValueError(
                     f"batch at byte {position + rel} starts at offset {header.base_offset},"
                     f" expected {placed[-1][1].last_offset + 1}"
@@ -137,14 +152,14 @@ def build_segment(
     if size > _MAX_SIZE:
         raise ValueError(f"segment of {size} bytes exceeds the index's 32-bit positions")
 
-    base_offset = placed[0][1].base_offset
+    base_offset, last_offset = span if span is not None else (placed[0][1].base_offset, placed[-1][1].last_offset)
     if base_offset < 0:
         raise ValueError(f"negative base offset {base_offset}: offsets must be assigned before building")
-    last_offset = placed[-1][1].last_offset
     record_count = sum(header.record_count for _, header in placed)
-    fields = _HEADER_FIELDS.pack(
-        SEGMENT_MAGIC, SEGMENT_VERSION, FLAG_HEADER_CRC, base_offset, record_count, created_ms
-    )
+    if record_count < 1:
+        raise ValueError("a segment needs at least one record")
+    flags = FLAG_HEADER_CRC | (FLAG_COMPACTED if span is not None else 0)
+    fields = _HEADER_FIELDS.pack(SEGMENT_MAGIC, SEGMENT_VERSION, flags, base_offset, record_count, created_ms)
     header_bytes = fields + crc32c(fields).to_bytes(4, "big")
     footer_bytes = _FOOTER.pack(body_crc, last_offset, FOOTER_MAGIC)
     data = b"".join([header_bytes, *views, footer_bytes])
@@ -199,7 +214,7 @@ def parse_segment_header(data: Buffer, key: str | None = None) -> SegmentHeader:
         raise CorruptSegmentError(f"negative segment base offset {base_offset}", key=key, position=8)
     if record_count < 1:
         raise CorruptSegmentError(f"segment record count {record_count}", key=key, position=_RECORD_COUNT_AT)
-    return SegmentHeader(base_offset, record_count, created_ms)
+    return SegmentHeader(base_offset, record_count, created_ms, bool(flags & FLAG_COMPACTED))
 
 
 def parse_segment_footer(
@@ -259,7 +274,7 @@ class SegmentReader:
         expected = head.base_offset
         record_count = 0
         for position, header in zip(positions, headers, strict=True):
-            if header.base_offset != expected:
+            if header.base_offset != expected and not (head.compacted and header.base_offset > expected):
                 raise CorruptSegmentError(
                     f"batch starts at offset {header.base_offset}, expected {expected}",
                     key=key,
@@ -273,7 +288,8 @@ class SegmentReader:
                 key=key,
                 position=_RECORD_COUNT_AT,
             )
-        if headers[-1].last_offset != foot.last_offset:
+        if headers[-1].last_offset != foot.last_offset and not (
+                head.compacted and headers[-1].last_offset < foot.last_offset):
             raise CorruptSegmentError(
                 f"footer last offset {foot.last_offset}, last batch ends at {headers[-1].last_offset}",
                 key=key,
@@ -314,14 +330,19 @@ class SegmentReader:
         return self._view[position : position + header.size]
 
     def slice_from(self, offset: int, max_bytes: int | None = None) -> memoryview:
-        """Whole batches from the one containing ``offset``, up to ``max_bytes`` but never fewer than one
-        batch (Kafka returns an oversized first batch whole so that a consumer can make progress)."""
+        """Whole batches from the one containing ``offset`` (or, in a compacted segment's gap, the next one), up
+        to ``max_bytes`` but never fewer than one batch (Kafka returns an oversized first batch whole so that a
+        consumer can make progress). Empty when the segment holds nothing at or after ``offset``."""
         if not self.info.base_offset <= offset <= self.info.last_offset:
             raise ValueError(
                 f"offset {offset} outside segment {self.info.base_offset}..{self.info.last_offset}"
                 f" ({self.key})"
             )
-        first = bisect_right(self._offsets, offset) - 1
+        first = max(bisect_right(self._offsets, offset) - 1, 0)
+        if self._headers[first].last_offset < offset:  # in a gap a cleaning left: the next batch
+            first += 1
+        if first == len(self._headers):
+            return self._view[self._region_end : self._region_end]
         start = self._positions[first]
         if max_bytes is None:
             return self._view[start : self._region_end]

@@ -83,7 +83,9 @@ def test_every_topic_config_its_default_source_and_sensitivity(peers: Peers, top
 
 OVERRIDES: dict[str, str | None] = {
     "retention.ms": " 5 ", "retention.bytes": "-5", "segment.bytes": "2000000", "compression.type": "zstd",
-    "cleanup.policy": " delete , delete", "message.timestamp.type": " LogAppendTime", "max.message.bytes": "+7000",
+    "cleanup.policy": " compact , delete, compact", "message.timestamp.type": " LogAppendTime",
+    "max.message.bytes": "+7000", "min.cleanable.dirty.ratio": " .25 ", "delete.retention.ms": "1000",
+    "min.compaction.lag.ms": "5", "max.compaction.lag.ms": "+6", "segment.ms": "60000",
 }  # fmt: skip
 
 
@@ -97,7 +99,7 @@ def test_configs_a_topic_sets_are_stored_as_kafka_stores_them(peers: Peers, topi
         got[peer.name] = {name: observable(entries[name]) for name in OVERRIDES}
     assert got["kafka"]["retention.ms"] == ("5", "TOPIC_CONFIG", False, False, 5, [("retention.ms", "5",
                                                                                      "TOPIC_CONFIG")])
-    assert got["kafka"]["cleanup.policy"][0] == "delete"
+    assert got["kafka"]["cleanup.policy"][0] == "compact,delete"
     # Intended: the broker default among segment.bytes' synonyms is the broker's segment size.
     segment = got["kafscale"]["segment.bytes"]
     assert segment[5][1] == ("log.segment.bytes", "4194304", "DEFAULT_CONFIG")
@@ -115,6 +117,12 @@ SAME_RULES = [
     ("segment.bytes", "1048575"), ("segment.bytes", "14"), ("segment.bytes", "2147483648"),
     ("compression.type", "GZIP"), ("compression.type", "none"), ("cleanup.policy", "Delete"),
     ("cleanup.policy", "delete,bogus"), ("message.timestamp.type", "createtime"), ("retention.ms", None),
+    ("min.cleanable.dirty.ratio", "1.5"), ("min.cleanable.dirty.ratio", "x"), ("min.cleanable.dirty.ratio", "-0.1"),
+    ("min.cleanable.dirty.ratio", "1e-1"), ("min.cleanable.dirty.ratio", ""),
+    ("min.cleanable.dirty.ratio", "NaN"), ("min.cleanable.dirty.ratio", "0x1p-2"),
+    ("min.cleanable.dirty.ratio", "1f"), ("delete.retention.ms", "-1"),
+    ("min.compaction.lag.ms", "-1"), ("max.compaction.lag.ms", "0"), ("segment.ms", "0"),
+    ("cleanup.policy", "compact"), ("cleanup.policy", "compact,delete"), ("cleanup.policy", ""),
     ("retention.ms", "+5"), ("segment.bytes", "1048576"), ("cleanup.policy", "delete"),
 ]  # fmt: skip
 
@@ -136,8 +144,7 @@ def test_create_topics_validates_configs_as_kafka_does(peers: Peers, topic: str)
 
 
 @pytest.mark.parametrize(("name", "value"), [
-    ("min.insync.replicas", "2"), ("segment.ms", "1000"), ("remote.storage.enable", "false"),
-    ("cleanup.policy", "compact"), ("cleanup.policy", "delete,compact"), ("cleanup.policy", ""),
+    ("min.insync.replicas", "2"), ("remote.storage.enable", "false"),
 ])
 def test_configs_kafscale_cannot_honour_are_refused(peers: Peers, topic: str, name: str, value: str) -> None:
     """Intended difference (docs/compatibility.md): Kafka accepts these; Kafscale refuses them with INVALID_CONFIG
@@ -145,6 +152,21 @@ def test_configs_kafscale_cannot_honour_are_refused(peers: Peers, topic: str, na
     got = {peer.name: create_checked(peer, topic, {name: value}) for peer in peers}
     assert got["kafka"] == ("NONE", None)
     assert got["kafscale"][0] == "INVALID_CONFIG" and name in (got["kafscale"][1] or "")
+
+
+def test_the_compaction_lags_must_be_in_order(peers: Peers, topic: str) -> None:
+    lags = {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"}
+    got = {peer.name: create_checked(peer, topic, lags) for peer in peers}
+    assert got["kafka"] == ("INVALID_CONFIG", "conflict topic config setting min.compaction.lag.ms (10) > "
+                                              "max.compaction.lag.ms (5)")
+    for peer in peers:
+        peer.create_ready(topic, 1, {"max.compaction.lag.ms": "5"})
+        got[peer.name] = (incremental(peer, topic, [("min.compaction.lag.ms", SET, "10")]),  # type: ignore[assignment]
+                          alter(peer, topic, {"min.compaction.lag.ms": "10"}))
+    assert got["kafka"][0] == ("INVALID_CONFIG", "conflict topic config setting min.compaction.lag.ms (10) > "
+                                                 "max.compaction.lag.ms (5)")
+    assert got["kafka"][1] == ("NONE", None)  # AlterConfigs replaces every config: max goes back to its default
+    assert got["kafscale"] == got["kafka"]
 
 
 def alter(peer: Peer, topic: str, configs: dict[str, str | None], *, validate_only: bool = True,

@@ -19,6 +19,7 @@ from kafscale.storage.batch import (
     InvalidBatchError,
     batch_size,
     check_crc,
+    client_batch_problem,
     count_records,
     read_header,
     set_base_offset,
@@ -162,10 +163,8 @@ def edited(offset: int, fmt: str, value: int) -> bytearray:
 @pytest.mark.parametrize(
     ("offset", "fmt", "value", "code"),
     [
-        pytest.param(57, ">i", 0, INVALID_RECORD, id="record-count-zero"),
         pytest.param(57, ">i", -1, INVALID_RECORD, id="record-count-negative"),
         pytest.param(57, ">i", 4, INVALID_RECORD, id="record-count-above-offset-range"),
-        pytest.param(57, ">i", 2, INVALID_RECORD, id="record-count-below-offset-range"),
         pytest.param(23, ">i", -1, INVALID_RECORD, id="last-offset-delta-negative"),
         pytest.param(22, ">b", 5, INVALID_RECORD, id="codec-5"),
         pytest.param(22, ">b", 7, INVALID_RECORD, id="codec-7"),
@@ -184,6 +183,16 @@ def test_structural_checks_and_their_kafka_error_codes(offset: int, fmt: str, va
         read_header(data, key=KEY)
     assert info.value.error_code == code
     assert_names_place(info.value, KEY, 0)
+
+
+@pytest.mark.parametrize("count", [0, 2])
+def test_fewer_records_than_offsets_is_a_stored_compacted_batch_but_not_a_client_batch(count: int) -> None:
+    """Kafka's cleaner leaves batches with fewer records than their offset range (even none); a producer's
+    batch must hold exactly one record per offset (LogValidator.validateBatch)."""
+    header = read_header(edited(57, ">i", count), key=KEY)
+    assert header.record_count == count
+    assert client_batch_problem(header) == f"record batch offset range covers 3 offsets but declares {count} records"
+    assert client_batch_problem(read_header(simple_batch(3))) is None
 
 
 def test_truncated_header() -> None:

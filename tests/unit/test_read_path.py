@@ -92,14 +92,14 @@ async def test_read_ahead_fetches_the_next_segment(env: Env) -> None:
     cache = owner.reader.cache
 
     await owner.reader.read(0, 1 << 20)
-    await eventually(lambda: ("seg", TOPIC, 0, 4) in cache, "segment 4 to be read ahead")
-    assert ("seg", TOPIC, 0, 8) not in cache  # one segment ahead only
+    await eventually(lambda: ("seg", TOPIC, 0, 4, 0) in cache, "segment 4 to be read ahead")
+    assert ("seg", TOPIC, 0, 8, 0) not in cache  # one segment ahead only
     assert segment_gets(counted) == [segment_object_key(0), segment_object_key(4)]
 
     hits = cache.hits
     assert records_of(await owner.reader.read(4, 1 << 20)) == [(4 + i, v) for i, v in enumerate(values(4, "s1-"))]
     assert cache.hits == hits + 1
-    await eventually(lambda: ("seg", TOPIC, 0, 8) in cache, "segment 8 to be read ahead")
+    await eventually(lambda: ("seg", TOPIC, 0, 8, 0) in cache, "segment 8 to be read ahead")
     assert segment_gets(counted) == [segment_object_key(0), segment_object_key(4), segment_object_key(8)]
 
 

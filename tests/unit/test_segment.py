@@ -78,7 +78,7 @@ def test_round_trip(drawn: tuple[int, list[BatchSpec], list[bytearray]], created
     got = [bytes(reader.batch_bytes(pos, header)) for pos, header in reader.batches()]
     assert got == [bytes(b) for b in batches]
     assert built.data[SEGMENT_HEADER_SIZE:-SEGMENT_FOOTER_SIZE] == b"".join(batches)
-    assert parse_segment_header(built.data) == (base, total, created)
+    assert parse_segment_header(built.data) == (base, total, created, False)
     assert parse_segment_footer(built.data) == (info.crc, info.last_offset)
 
     # Records decode with aiokafka straight out of the object.
@@ -235,7 +235,7 @@ def test_seed_layout_header_without_crc_is_read() -> None:
 
 def test_unknown_flags_and_versions_are_refused() -> None:
     data, _ = small_segment()
-    for offset, fmt, value in ((6, ">H", 0x0003), (4, ">H", 2)):
+    for offset, fmt, value in ((6, ">H", 0x0005), (4, ">H", 2)):
         damaged = bytearray(data)
         struct.pack_into(fmt, damaged, offset, value)
         struct.pack_into(">I", damaged, 28, crc32c(bytes(damaged[:28])))
@@ -373,3 +373,38 @@ def test_foreign_keys_are_not_segments(key: str) -> None:
 def test_illegal_key_parts_are_refused(namespace: str, topic: str, partition: int, base: int) -> None:
     with pytest.raises(ValueError):
         segment_key(namespace, topic, partition, base)
+
+
+def compacted_segment() -> bytes:
+    """A compacted segment over offsets 90..120 whose batches hold 100..101 and 105 (gaps before, between and
+    after them), the middle batch of the three removed."""
+    _, batches = small_segment()
+    return build_segment([batches[0], batches[2]], created_ms=1, span=(90, 120)).data
+
+
+def test_a_compacted_segment_keeps_its_span_and_reads_across_its_gaps() -> None:
+    data = compacted_segment()
+    reader = SegmentReader(data, key=KEY)
+    assert (reader.info.base_offset, reader.info.last_offset, reader.info.record_count) == (90, 120, 3)
+    assert parse_segment_header(data).compacted
+    first, second = [bytes(reader.batch_bytes(p, h)) for p, h in reader.batches()]
+    assert bytes(reader.slice_from(90)) == first + second  # before the first batch: from the first
+    assert bytes(reader.slice_from(101)) == first + second
+    assert bytes(reader.slice_from(102)) == second  # in the gap: the next batch, not the one below it
+    assert bytes(reader.slice_from(106)) == b""  # nothing left at or after 106 here: the reader moves on
+    assert bytes(reader.slice_from(120)) == b""
+
+
+def test_a_compacted_segment_still_refuses_batches_out_of_order_or_outside_its_span() -> None:
+    _, batches = small_segment()
+    with pytest.raises(ValueError, match=r"105\.\.105, outside 102\.\.104"):
+        build_segment([batches[0], batches[2]], created_ms=1, span=(90, 104))
+    with pytest.raises(ValueError, match=r"100\.\.101, outside 106\.\.120"):
+        build_segment([batches[2], batches[0]], created_ms=1, span=(90, 120))
+    data = bytearray(compacted_segment())  # the footer's last offset below the last batch
+    struct.pack_into(">q", data, len(data) - 12, 104)
+    assert assert_corruption_reported(data).position == len(data) - 12
+    plain = bytearray(build_segment([batches[0], batches[2]], created_ms=1, span=(90, 120)).data)
+    struct.pack_into(">H", plain, 6, 0x0001)  # without the flag the gaps are damage
+    struct.pack_into(">I", plain, 28, crc32c(bytes(plain[:28])))
+    assert "expected 90" in str(assert_corruption_reported(plain))

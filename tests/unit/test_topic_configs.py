@@ -22,9 +22,15 @@ from kafscale.cluster.topic_configs import SPECS, UNSUPPORTED, canonical, valida
                                    "uncompressed, zstd, lz4, snappy, gzip, producer"),
     ({"cleanup.policy": "delete,bogus"},
      "Invalid value bogus for configuration cleanup.policy: String must be one of: compact, delete"),
-    ({"cleanup.policy": "compact"}, "Invalid value compact for configuration cleanup.policy: Kafscale supports only "
-                                    "delete"),
-    ({"cleanup.policy": ""}, "Invalid value  for configuration cleanup.policy: Kafscale supports only delete"),
+    ({"cleanup.policy": "compact"}, None), ({"cleanup.policy": "compact,delete"}, None), ({"cleanup.policy": ""}, None),
+    ({"min.cleanable.dirty.ratio": "1.01"},
+     "Invalid value 1.01 for configuration min.cleanable.dirty.ratio: Value must be no more than 1"),
+    ({"min.cleanable.dirty.ratio": "-1e-9"},
+     "Invalid value -1e-9 for configuration min.cleanable.dirty.ratio: Value must be at least 0"),
+    ({"min.cleanable.dirty.ratio": "half"},
+     "Invalid value half for configuration min.cleanable.dirty.ratio: Not a number of type DOUBLE"),
+    ({"min.compaction.lag.ms": "7", "max.compaction.lag.ms": "6"},
+     "conflict topic config setting min.compaction.lag.ms (7) > max.compaction.lag.ms (6)"),
     ({"retention.ms": None}, "Null value not supported for topic configs: retention.ms"),
     ({"retention.ms": " 5 ", "retention.bytes": "-5", "cleanup.policy": "delete , delete"}, None),
 ])
@@ -41,3 +47,5 @@ def test_kafkas_other_configs_are_refused_by_name() -> None:
 def test_values_are_stored_as_kafka_stores_them() -> None:
     assert [canonical("retention.ms", " +5 "), canonical("cleanup.policy", " delete , delete"),
             canonical("message.timestamp.type", " LogAppendTime")] == ["5", "delete", "LogAppendTime"]
+    assert [canonical("min.cleanable.dirty.ratio", v) for v in (" .5 ", "1", "1e-4", "0.25d")] == [
+        "0.5", "1.0", "1.0E-4", "0.25"]

@@ -38,7 +38,18 @@ TOPIC_CONFIGS: dict[str, tuple[str, int, str]] = {
                       "A partition's buffer is flushed as a segment once it holds this many bytes."),
     "compression.type": ("compression.type", TYPE_STRING,
                          "Codec batches are stored with; 'producer' keeps what the producer sent."),
-    "cleanup.policy": ("log.cleanup.policy", TYPE_LIST, "Only 'delete' (retention) is supported."),
+    "cleanup.policy": ("log.cleanup.policy", TYPE_LIST,
+                       "'delete' drops old segments by retention; 'compact' keeps the latest record of every key."),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms", TYPE_LONG,
+                            "How long a compacted topic keeps a tombstone after the cleaning that first kept it."),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", TYPE_DOUBLE,
+                                  "A compacted partition is cleaned once this share of its cleanable log is dirty."),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", TYPE_LONG,
+                              "Records younger than this are never compacted away."),
+    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms", TYPE_LONG,
+                              "A record stays uncompacted at most this long, whatever the dirty ratio."),
+    "segment.ms": ("log.roll.ms", TYPE_LONG,
+                   "Accepted for compatibility: every flush closes a segment, so cleaning never waits for a roll."),
     "message.timestamp.type": ("log.message.timestamp.type", TYPE_STRING,
                                "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's."),
     "max.message.bytes": ("message.max.bytes", TYPE_INT, "Largest record batch accepted."),
@@ -50,7 +61,7 @@ TOPIC_CONFIGS: dict[str, tuple[str, int, str]] = {
 
 # Kafka lists no broker default among these configs' synonyms: log.retention.ms has no default of its own (the
 # week comes from log.retention.hours, which Kafka does not name there).
-_NO_DEFAULT_SYNONYM = frozenset({"retention.ms"})
+_NO_DEFAULT_SYNONYM = frozenset({"retention.ms", "segment.ms"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +177,10 @@ async def alter_topic(broker: Broker, name: str, change: dict[str, str | None], 
     for key in topic_configs.FIXED_AT_CREATION & change.keys():
         if change[key] != current.configs.get(key):
             raise ConfigProblem(ErrorCode.invalid_config, f"topic config {key!r} is set at creation and cannot change")
+    after = {**({} if replace else current.configs), **{k: v for k, v in change.items() if v is not None}}
+    problem = topic_configs.combination_problem({k: v for k, v in after.items() if change.get(k, v) is not None})
+    if problem:
+        raise ConfigProblem(ErrorCode.invalid_config, problem)
     if validate_only:
         return
 

@@ -159,6 +159,10 @@ class BrokerConfig:
     metrics_token_file: str = field(default="", metadata={
         "help": "file holding a bearer token that /metrics and /readyz require (re-read when it changes)"})
     retention_check_interval_ms: int = field(default=60_000, metadata={"help": "how often retention runs"})
+    log_cleaner_backoff_ms: int = field(default=15_000, metadata={
+        "help": "how often each shard looks for compacted partitions due a cleaning (docs/compaction.md)"})
+    compaction_map_entries: int = field(default=1_000_000, metadata={
+        "help": "keys one cleaning pass maps (about 120 bytes each); more distinct keys are cleaned in passes"})
     janitor_interval_s: float = field(default=600.0, metadata={
         "help": "how often each shard deletes objects no commit refers to or ever will (0: never)"})
     orphan_grace_s: float = field(default=3600.0, metadata={
@@ -294,6 +298,8 @@ class BrokerConfig:
                 raise ConfigError(f"metrics_listen: expected HOST:PORT or '' (off), got {self.metrics_listen!r}")
         if self.metadata_snapshot_interval_s < 0 or self.metadata_snapshots_kept < 1:
             raise ConfigError("metadata_snapshot_interval_s must not be negative, metadata_snapshots_kept at least 1")
+        if self.log_cleaner_backoff_ms <= 0 or self.compaction_map_entries <= 0:
+            raise ConfigError("log_cleaner_backoff_ms and compaction_map_entries must be positive")
         if self.janitor_interval_s < 0 or self.orphan_grace_s < 0:
             raise ConfigError("janitor_interval_s and orphan_grace_s must not be negative")
         if self.metadata_compaction_interval_s < 0 or self.metadata_history_s < 0:

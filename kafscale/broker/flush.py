@@ -93,10 +93,10 @@ async def flush_loop(owner: PartitionOwner) -> None:
                 await commit_uploaded(owner)
             except FencedError as e:
                 log.warning("%s-%d fenced: %s", owner.topic, owner.partition, e)
-                owner._stop_writing()
+                owner.stop_writing()
             except Exception:  # a bug, not store trouble (both steps retry that): stop rather than hang
                 log.exception("flush of %s-%d failed", owner.topic, owner.partition)
-                owner._stop_writing()
+                owner.stop_writing()
             continue
         if owner.closed and not owner._sealed and not owner._open.chunks:
             return
@@ -189,7 +189,7 @@ async def commit_uploaded(owner: PartitionOwner) -> None:
 
 
 async def _commit(owner: PartitionOwner, ready: list[tuple[Pending, Uploaded]]) -> None:
-    async with owner._state_lock:  # log_start_offset must not move between reading and writing it
+    async with owner.state_lock:  # log_start_offset must not move between reading and writing it
         await _commit_locked(owner, ready)
 
 

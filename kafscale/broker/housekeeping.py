@@ -1,12 +1,12 @@
-"""A shard's periodic chores, each its own loop: retention, the janitor, scheduled metadata snapshots. None of
-them is on the data path; each logs its failures and tries again at its next round."""
+"""A shard's periodic chores, each its own loop: retention, the log cleaner, the janitor, scheduled metadata
+snapshots. None of them is on the data path; each logs its failures and tries again at its next round."""
 
 from __future__ import annotations
 
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from kafscale.broker import janitor, retention, snapshot
+from kafscale.broker import cleaning, janitor, retention, snapshot
 
 if TYPE_CHECKING:
     from kafscale.broker.shard import ShardCore
@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 
 def chores(core: ShardCore) -> list[Coroutine[Any, Any, None]]:
     config, owners = core.config, (lambda: core.owners.values())
-    out = [retention.run(owners, config.retention_check_interval_ms / 1000)]
+    out = [retention.run(owners, config.retention_check_interval_ms / 1000),
+           cleaning.run(owners, cleaning.CleanerSettings(config.log_cleaner_backoff_ms / 1000,
+                                                         config.compaction_map_entries), core.offload)]
     if config.janitor_interval_s:
         out.append(janitor.run(owners, core.placement.leads_housekeeping, core.meta, core.objects,
                                config.s3_namespace, config.janitor_interval_s, config.orphan_grace_s,

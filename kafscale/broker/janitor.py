@@ -56,6 +56,8 @@ class Sweep:
 
 async def sweep_partition(owner: PartitionOwner, grace_s: float, now: float | None = None) -> Sweep:
     """Delete the owner's partition's objects that are garbage for good and older than grace_s."""
+    if owner.cleaning:  # its new segments are not committed yet, however long the pass takes
+        return Sweep(0, 0)
     ns, topic, partition = owner.settings.namespace, owner.topic, owner.partition
     end = owner.high_watermark  # read together with the segments, before the listing (see above)
     committed = {key for s in owner.segments if not s.pack

@@ -22,6 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.append_checks import AppendOutcome, refusal
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.flush import FencedError, Pending, flush_loop
 from kafscale.broker.packer import Packer
@@ -29,13 +30,12 @@ from kafscale.broker.producer_state import BatchMeta, ProducerEntry, ProducerSta
 from kafscale.broker.read_path import ReadPath
 from kafscale.broker.stats import PartitionSink
 from kafscale.broker.txn_state import PartitionTxns
-from kafscale.cluster import keys, topic_configs
+from kafscale.cluster import keys
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage.async_store import AsyncObjectStore
 from kafscale.storage.batch import (
     BatchHeader,
     InvalidBatchError,
-    client_batch_problem,
     set_base_offset,
     set_log_append_time,
     split_batches,
@@ -61,16 +61,6 @@ class OwnerSettings:
     max_pending_bytes: int = 64 * 1024 * 1024
     readahead_segments: int = 1
     uploads_in_flight: int = 4
-
-
-@dataclass(slots=True)
-class AppendOutcome:
-    error: ErrorCode = ErrorCode.none
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    durable: asyncio.Future[None] | None = None  # resolves when the records are committed
 
 
 class PartitionOwner:
@@ -120,8 +110,9 @@ class PartitionOwner:
         self._space = asyncio.Event()
         self._data_waiters: set[asyncio.Event] = set()
         self._flusher: asyncio.Task[None] | None = None
-        # Flush commits and log start moves (retention, DeleteRecords) both write the state key.
-        self._state_lock = asyncio.Lock()
+        # Flush commits, log start moves (retention, DeleteRecords) and cleanings' swaps all edit the committed log.
+        self.state_lock = asyncio.Lock()
+        self.cleaning = False  # a cleaning pass is writing objects the janitor must not judge yet
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -225,7 +216,7 @@ class PartitionOwner:
         if not batches:
             return AppendOutcome(ErrorCode.invalid_record, message="no record batches")
         configs = self.topic_config()
-        error = self._validate(batches, configs)
+        error = refusal(f"{self.topic}-{self.partition}", buf, batches, configs)
         if error is not None:
             return error
         codec = configs.get("compression.type", "producer")
@@ -336,23 +327,6 @@ class PartitionOwner:
             return self.high_watermark
         return max(self.log_start_offset, self.txns.last_stable_offset(self.high_watermark))
 
-    def _validate(self, batches: list[tuple[int, BatchHeader]], configs: dict[str, Any]) -> AppendOutcome | None:
-        for _, h in batches:
-            problem = client_batch_problem(h)
-            if problem is not None:
-                return AppendOutcome(ErrorCode.invalid_record, message=problem)
-            if h.is_control:  # only a transaction coordinator writes markers
-                return AppendOutcome(ErrorCode.invalid_record, message="control batches come from the broker only")
-            if h.is_transactional and h.producer_id < 0:
-                return AppendOutcome(ErrorCode.invalid_record, message="a transactional batch needs a producer id")
-        # A topic that does not set it has Kafka's default (message.max.bytes), which bounds batches just the same.
-        max_bytes = int(configs.get("max.message.bytes", topic_configs.DEFAULTS["max.message.bytes"]))
-        for _, h in batches:
-            if h.size > max_bytes:
-                return AppendOutcome(ErrorCode.message_too_large,
-                                     message=f"batch of {h.size} bytes exceeds max.message.bytes")
-        return None
-
     def _find_duplicate(self, batches: list[tuple[int, BatchHeader]]) -> AppendOutcome | None:
         """A retried idempotent request: answer with the offsets its batches got the first time."""
         metas: list[BatchMeta] = []
@@ -388,7 +362,7 @@ class PartitionOwner:
     async def advance_log_start(self, offset: int) -> list[SegmentMeta]:
         """Move the log start offset up to `offset` (<= high watermark) durably, dropping the segments
         wholly below it from the committed state; returns them (the caller deletes their objects)."""
-        async with self._state_lock:
+        async with self.state_lock:
             if offset <= self.log_start_offset or self.fenced:
                 return []
             dropped = [s for s in self.segments if s.last < offset]
@@ -403,14 +377,14 @@ class PartitionOwner:
                 ops: list[Any] = [Put(keys.state(self.topic, self.partition), state)]
                 ops += [Delete(keys.segment(self.topic, self.partition, s.base)) for s in chunk]
                 if not (await self.meta.txn(guard, ops)).succeeded:
-                    self._stop_writing()
+                    self.stop_writing()
                     raise FencedError(f"log start move of {self.topic}-{self.partition} refused: epoch is stale")
                 self.log_start_offset = to
                 self.segments = [s for s in self.segments if s.last >= to]
                 self.txns.drop_below(to)
         return dropped
 
-    def _stop_writing(self) -> None:
+    def stop_writing(self) -> None:
         """This incarnation writes no more; its unanswered producers retry against the next owner."""
         self.fenced = True
         self._cancel_uploads()

@@ -142,7 +142,7 @@ _NOT_YET = ProduceResult(int(ErrorCode.unknown_server_error))  # a slot start() 
 
 def _produce_result(outcome: AppendOutcome) -> ProduceResult:
     return ProduceResult(int(outcome.error), outcome.base_offset, outcome.log_append_time, outcome.log_start_offset,
-                         outcome.message)
+                         outcome.message, outcome.record_errors)
 
 
 def _ms_left(deadline: float) -> int:

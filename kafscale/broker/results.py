@@ -15,6 +15,7 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()  # (index of the record in its batch, why), Produce v8+
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from kafscale.broker import housekeeping, janitor, retention, txn_markers, txn_produce
+from kafscale.broker.cleaning import Offload, run_in_thread
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.fetch import long_poll
 from kafscale.broker.handoff import HandOffs
@@ -60,8 +61,10 @@ PROBE_INTERVAL_S = 0.5
 class ShardCore:
     def __init__(self, shard_id: int, config: BrokerConfig, *, meta: MetadataStore, objects: ObjectStore,
                  shards: list[ShardAddress] | None = None, peers: Peers | None = None,
-                 metrics: BrokerMetrics = NO_METRICS, renewals: RenewalThread | None = None) -> None:
+                 metrics: BrokerMetrics = NO_METRICS, renewals: RenewalThread | None = None,
+                 offload: Offload = run_in_thread) -> None:
         self.shard_id = shard_id
+        self.offload = offload  # where cleaning passes run (kafscale.broker.cleaning): a thread, or a Ray task
         self.config = config
         self.metrics = metrics
         self.meta = meta

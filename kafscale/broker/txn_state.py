@@ -44,6 +44,11 @@ class PartitionTxns:
         self.aborted.append(a)
         self._aborted_last.append(a.last_offset)
 
+    def replace_aborted(self, aborted: list[AbortedTxn]) -> None:
+        """The index after a cleaning removed the markers (and so the entries) of transactions it no longer needs."""
+        self.aborted = sorted(aborted, key=lambda a: a.last_offset)
+        self._aborted_last = [a.last_offset for a in self.aborted]
+
     @property
     def has_ending(self) -> bool:
         return bool(self._ending)

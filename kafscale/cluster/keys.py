@@ -16,9 +16,11 @@ cluster/draining                            {shards: [id, ...]}   drained shards
 partitions/{topic}/{p}/owner                {epoch, shard}                      fencing token
 partitions/{topic}/{p}/state                {next_offset, log_start_offset, epoch}
 partitions/{topic}/{p}/segments/{base:020d} {base, last, size, records, min_ts, max_ts, crc, created_ms,
-                                             key_epoch[, aborted: [[pid, first, marker], ...]]}  (key_epoch:
-                                             which object key, see storage/keys.py; aborted: the transactions
-                                             its markers abort)
+                                             key_epoch[, aborted: [[pid, first, marker], ...]][, cleaned]}
+                                             (key_epoch, cleaned: which object key, see storage/keys.py;
+                                             aborted: the transactions its markers abort)
+partitions/{topic}/{p}/cleaner              {first_dirty, cleaning, cleaned_ms}   a compacted partition's
+                                             cleaner checkpoint: where the last pass stopped (compaction)
 partitions/{topic}/{p}/producers/{pid}      {epoch, batches: [[first_seq, last_seq, base, last], ...][,
                                              txn_first]}  (txn_first: where its open transaction starts)
 producer_ids/next                           next free producer id
@@ -96,6 +98,10 @@ def segments(topic_name: str, partition: int) -> str:
 
 def segment(topic_name: str, partition: int, base_offset: int) -> str:
     return f"{segments(topic_name, partition)}{base_offset:020d}"
+
+
+def cleaner(topic_name: str, partition: int) -> str:
+    return partition_prefix(topic_name, partition) + "cleaner"
 
 
 def producers(topic_name: str, partition: int) -> str:

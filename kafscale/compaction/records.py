@@ -66,6 +66,11 @@ def records_of(batch: Buffer, header: BatchHeader, key: str | None = None) -> li
     return out
 
 
+def keyless(batch: Buffer, header: BatchHeader) -> list[int]:
+    """The indexes (in the batch) of its records without a key: what a compacted topic refuses."""
+    return [i for i, r in enumerate(records_of(batch, header)) if r.key is None]
+
+
 def rebuild(header: BatchHeader, kept: list[Record], *, horizon_ms: int | None) -> bytes:
     """The batch with only `kept` (in order, at least one), its base timestamp the delete horizon when one is
     given (and the horizon bit set) or the original's otherwise."""

@@ -190,6 +190,7 @@ class PartitionAnswer(Protocol):
     log_append_time: int
     log_start_offset: int
     message: str | None
+    record_errors: tuple[tuple[int, str], ...]
 
 
 # KIP-951 (v10+): for a NOT_LEADER_OR_FOLLOWER partition, its leader (id, epoch), and the leaders' addresses.
@@ -219,7 +220,13 @@ def encode_produce_response(version: int, correlation_id: int,
                 fields.append(result.log_start_offset)
             out += partition_struct.pack(*fields)
             if version >= 8:
-                out += b"\x01" if flexible else _EMPTY_ARRAY  # record_errors: none
+                errors = result.record_errors if error else ()
+                out += varint_bytes(len(errors) + 1) if flexible else _I32.pack(len(errors))
+                for batch_index, why in errors:
+                    out += _I32.pack(batch_index)
+                    _string(out, why, flexible)
+                    if flexible:
+                        out += b"\x00"
                 message = result.message if error else None
                 if message is None:
                     out += b"\x00" if flexible else _NULL_STRING

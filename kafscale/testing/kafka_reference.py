@@ -57,6 +57,7 @@ BASE_PROPERTIES: dict[str, str] = {
     "transaction.state.log.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
     "auto.create.topics.enable": "true",
+    "log.cleaner.backoff.ms": "500",  # compacted topics are cleaned promptly: tests wait for it
 }
 # Kafka 4 only: share groups' state topic (an unknown property would only be logged as such by 3.9).
 BASE_PROPERTIES_4: dict[str, str] = {

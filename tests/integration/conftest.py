@@ -75,7 +75,8 @@ class Cluster:
 
 
 def _config() -> BrokerConfig:
-    return BrokerConfig(shards_per_node=1, s3_namespace=NAMESPACE)
+    # A compacted topic is looked at every half second: the tests wait for cleanings (docs/compaction.md).
+    return BrokerConfig(shards_per_node=1, s3_namespace=NAMESPACE, log_cleaner_backoff_ms=500)
 
 
 @pytest.fixture(scope="session")

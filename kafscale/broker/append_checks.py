@@ -1,0 +1,65 @@
+"""What a partition owner checks of a producer's batches before it takes any of them, as Kafka's LogValidator does:
+one bad batch (or record) refuses the whole request for the partition, with Kafka's error code and message."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafscale.cluster import topic_configs
+from kafscale.compaction.records import keyless
+from kafscale.storage.batch import BatchHeader, InvalidBatchError, client_batch_problem
+
+
+@dataclass(slots=True)
+class AppendOutcome:
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    durable: asyncio.Future[None] | None = None  # resolves when the records are committed
+    record_errors: tuple[tuple[int, str], ...] = ()  # (record's index in its batch, why): INVALID_RECORD's detail
+
+
+def refusal(partition: str, buf: bytearray, batches: list[tuple[int, BatchHeader]],
+            configs: dict[str, Any]) -> AppendOutcome | None:
+    """Why the batches in `buf` (of `partition`, "topic-p") are refused, or None."""
+    for _, h in batches:
+        problem = client_batch_problem(h)
+        if problem is not None:
+            return AppendOutcome(ErrorCode.invalid_record, message=problem)
+        if h.is_control:  # only a transaction coordinator writes markers
+            return AppendOutcome(ErrorCode.invalid_record, message="control batches come from the broker only")
+        if h.is_transactional and h.producer_id < 0:
+            return AppendOutcome(ErrorCode.invalid_record, message="a transactional batch needs a producer id")
+    if "compact" in str(configs.get("cleanup.policy", "")).split(","):
+        refused = _keyless(partition, buf, batches)
+        if refused is not None:
+            return refused
+    # A topic that does not set it has Kafka's default (message.max.bytes), which bounds batches just the same.
+    max_bytes = int(configs.get("max.message.bytes", topic_configs.DEFAULTS["max.message.bytes"]))
+    for _, h in batches:
+        if h.size > max_bytes:
+            return AppendOutcome(ErrorCode.message_too_large,
+                                 message=f"batch of {h.size} bytes exceeds max.message.bytes")
+    return None
+
+
+def _keyless(partition: str, buf: bytearray, batches: list[tuple[int, BatchHeader]]) -> AppendOutcome | None:
+    """A compacted topic takes no record without a key: INVALID_RECORD naming each (Produce v8+'s record errors),
+    worded as Kafka words it."""
+    why = f"Compacted topic cannot accept message without key in topic partition {partition}"
+    try:
+        errors = tuple((i, why) for pos, h in batches for i in keyless(buf[pos : pos + h.size], h))
+    except InvalidBatchError as e:  # records that do not parse
+        return AppendOutcome(ErrorCode(e.error_code), message=e.reason)
+    if not errors:
+        return None
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return AppendOutcome(ErrorCode.invalid_record, record_errors=errors,
+                         message=f"One or more records have been rejected due to {len(errors)} record errors in "
+                                 f"total, and only showing the first three errors at most: [{shown}]")

@@ -3,8 +3,8 @@ cleaning, across the ranges it removed (the configs themselves: test_configs.py)
 
 Both brokers clean on their own (Kafka's cleaner every 500 ms here, Kafscale's likewise): a case waits until the
 first record it expects gone is gone, then reads. Kafka never cleans its active segment, so each case rolls it
-(`segment.ms`, by record timestamps) with one last record before waiting; Kafscale has no active segment and cleans that record too,
-which changes nothing since it is its key's only value.
+(`segment.ms`, by record timestamps) with one last record before waiting; Kafscale has no active segment and
+cleans that record too, which changes nothing since it is its key's only value.
 """
 
 from __future__ import annotations

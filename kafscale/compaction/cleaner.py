@@ -8,7 +8,8 @@
    - a tombstone until its batch's delete horizon (KIP-534) has passed; a batch that keeps a tombstone and has no
      horizon yet gets one, now + `delete.retention.ms`;
    - no record of an aborted transaction;
-   - a transaction marker while its transaction still has records here, then until its own horizon.
+   - a transaction marker while its transaction still has batches here (kept or just removed: Kafka's cleaner
+     counts what it saw), then until its own horizon, set by the first pass that sees none.
    Offsets never change: a kept batch keeps its base offset and offset range, and a segment keeps its span.
 3. The caller commits the new segments in place of the old ones (kafscale.broker.cleaning).
 
@@ -81,9 +82,9 @@ def clean(job: Job, read: Read, write: Write) -> Outcome:
     aborted = _Aborted(job.aborted)
     keymap, cleaned_to = _map(job, read, aborted, stats)
     replacements = []
-    txn_kept: dict[int, bool] = {}  # producer id -> its open transaction kept a record so far
+    txn_seen: dict[int, bool] = {}  # producer id -> this pass saw a batch of its current transaction
     for group in _groups([s for s in job.segments if s.base < cleaned_to], job.segment_bytes):
-        r = _rewrite(job, group, read, write, keymap, aborted, txn_kept, stats)
+        r = _rewrite(job, group, read, write, keymap, aborted, txn_seen, stats)
         if r is not None:
             replacements.append(r)
     stats.seconds = time.monotonic() - started
@@ -157,7 +158,7 @@ def _groups(segments: list[SegmentMeta], limit: int) -> list[list[SegmentMeta]]:
 
 
 def _rewrite(job: Job, group: list[SegmentMeta], read: Read, write: Write, keymap: KeyMap, aborted: _Aborted,
-             txn_kept: dict[int, bool], stats: Stats) -> Replacement | None:
+             txn_seen: dict[int, bool], stats: Stats) -> Replacement | None:
     out: list[bytes] = []
     changed = len(group) > 1  # merging segments is worth a rewrite by itself: fewer, larger objects
     for seg in group:
@@ -165,7 +166,7 @@ def _rewrite(job: Job, group: list[SegmentMeta], read: Read, write: Write, keyma
         stats.bytes_read += len(data)
         for pos, h in _batches(data, f"{job.topic}-{job.partition}@{seg.base}"):
             raw = data[pos : pos + h.size]
-            kept = _filter(job, h, raw, keymap, aborted, txn_kept, stats)
+            kept = _filter(job, h, raw, keymap, aborted, txn_seen, stats)
             if kept is not raw:
                 changed = True
             if kept:
@@ -188,18 +189,20 @@ def _rewrite(job: Job, group: list[SegmentMeta], read: Read, write: Write, keyma
     return Replacement(tuple(group), meta)
 
 
-def _filter(job: Job, h: BatchHeader, raw: bytes, keymap: KeyMap, aborted: _Aborted, txn_kept: dict[int, bool],
+def _filter(job: Job, h: BatchHeader, raw: bytes, keymap: KeyMap, aborted: _Aborted, txn_seen: dict[int, bool],
             stats: Stats) -> bytes:
     """What of one batch stays: `raw` itself when all of it, b"" when none, else the rebuilt batch."""
     horizon = h.delete_horizon_ms
     if h.is_control:
-        if txn_kept.pop(h.producer_id, False):
-            return raw  # its transaction still has records: a reader needs the marker to decide them
+        if txn_seen.pop(h.producer_id, False):
+            return raw  # its transaction still had batches here: a reader may need the marker to decide them
         if horizon is None:
             return rebuild(h, records_of(raw, h), horizon_ms=job.now_ms + job.delete_retention_ms)
         return raw if horizon > job.now_ms else b""
     records = records_of(raw, h)
     stats.records_read += len(records)
+    if h.is_transactional:
+        txn_seen[h.producer_id] = True
     if _aborted_data(h, aborted):
         stats.records_removed += len(records)
         return b""
@@ -217,8 +220,6 @@ def _filter(job: Job, h: BatchHeader, raw: bytes, keymap: KeyMap, aborted: _Abor
             tombstones = True
         kept.append(r)
     stats.records_removed += len(records) - len(kept)
-    if kept and h.is_transactional:
-        txn_kept[h.producer_id] = True
     if not kept:
         return b""
     if tombstones and horizon is None:

@@ -121,9 +121,13 @@ def test_aborted_records_go_and_their_marker_stays_until_its_horizon() -> None:
     log.clean()
     assert log.rows() == [(0, b"a", b"committed", NOW - DAY)]  # the aborted value never wins
     markers = [h for h in log.batch_headers() if h.is_control]
+    # the pass saw a batch of each transaction: both markers stay as they are
+    assert [(h.base_offset, h.delete_horizon_ms) for h in markers] == [(2, None), (3, None)]
+    log.clean(first_dirty=4, cleaning=2)  # this pass sees nothing of the aborted one: its marker gets a horizon
+    markers = [h for h in log.batch_headers() if h.is_control]
     assert [(h.base_offset, h.delete_horizon_ms) for h in markers] == [(2, None), (3, NOW + DAY)]
     assert log.segments[0].aborted == (AbortedTxn(8, 1, 3),)  # its marker is still there: so is its index entry
-    log.clean(first_dirty=4, now=NOW + DAY, cleaning=2)
+    log.clean(first_dirty=4, now=NOW + DAY, cleaning=3)
     assert [h.base_offset for h in log.batch_headers() if h.is_control] == [2]  # the commit's data is still here
     assert log.segments[0].aborted == ()
 

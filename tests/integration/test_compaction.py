@@ -1,0 +1,69 @@
+"""A compacted topic through a real client (librdkafka), on the embedded stores and on etcd + SeaweedFS: the broker
+cleans it on its own, and a consumer reading from the start gets the latest value of every key, tombstones
+included, in offset order; what it no longer gets is gone from the committed log too.
+
+The session's brokers look at compacted topics every 500 ms (tests/integration/conftest.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafscale.cluster import keys
+from kafscale.cluster.records import SegmentMeta
+from tests.integration.conftest import Cluster, unique_topic, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+KEYS, VERSIONS, DELETED = 200, 5, 20
+
+
+def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        while True:
+            msg = consumer.poll(10)
+            assert msg is not None, "no end of partition within 10 s"
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                return out
+            out.append((msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+
+
+def committed_segments(broker: Cluster, topic: str) -> list[SegmentMeta]:
+    meta = broker.broker.shard.core.meta  # type: ignore[union-attr]
+    found = broker.broker.run(meta.range(keys.segments(topic, 0)))
+    return [SegmentMeta.from_value(kv.value) for kv in found]
+
+
+def test_a_consumer_reads_the_latest_value_of_every_key_after_the_cleaning(broker: Cluster) -> None:
+    topic = unique_topic("compacted")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"cleanup.policy": "compact",
+                                                    "min.cleanable.dirty.ratio": "0.01"})])[topic].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for version in range(VERSIONS):
+        for k in range(KEYS):
+            deleted = version == VERSIONS - 1 and k < DELETED
+            producer.produce(topic, key=b"k%03d" % k, value=None if deleted else b"v%d-%d" % (version, k))
+        assert producer.flush(30) == 0  # one round, one or more segments
+    end = KEYS * VERSIONS
+
+    def cleaned() -> list[tuple[int, bytes | None, bytes | None]] | None:
+        got = read_from_start(broker.bootstrap, topic)
+        return got if len(got) == KEYS else None
+
+    got = wait_until(cleaned, timeout=60, what="the cleaning of the compacted topic")
+    last = VERSIONS - 1
+    assert [(key, value) for _, key, value in got] == [
+        (b"k%03d" % k, None if k < DELETED else b"v%d-%d" % (last, k)) for k in range(KEYS)]
+    assert [offset for offset, _, _ in got] == list(range(end - KEYS, end))  # at their offsets, in order
+    segments = committed_segments(broker, topic)
+    assert sum(s.records for s in segments) == KEYS and all(s.cleaned for s in segments)
+    assert (segments[0].base, segments[-1].last) == (0, end - 1)  # the log's span is unchanged

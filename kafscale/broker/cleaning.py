@@ -12,6 +12,7 @@ still finds it. The checkpoint (`partitions/{topic}/{p}/cleaner`) moves with the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafscale.broker.flush import FencedError
+from kafscale.broker.stats import NO_METRICS, BrokerMetrics, CleanerFigures
 from kafscale.cluster import keys
 from kafscale.cluster.records import SegmentMeta
 from kafscale.compaction.cleaner import Job, Outcome, Replacement, clean
@@ -59,7 +61,8 @@ def clean_with_store(job: Job, store: ObjectStore) -> Outcome:
     return clean(job, read, write)
 
 
-async def run(owners: Callable[[], Iterable[PartitionOwner]], settings: CleanerSettings, offload: Offload) -> None:
+async def run(owners: Callable[[], Iterable[PartitionOwner]], settings: CleanerSettings, offload: Offload,
+              metrics: BrokerMetrics = NO_METRICS) -> None:
     """One loop per shard, over every owner it hosts; one pass at a time, so a shard's cleaning takes one CPU."""
     while True:
         await asyncio.sleep(settings.interval_s)
@@ -67,7 +70,7 @@ async def run(owners: Callable[[], Iterable[PartitionOwner]], settings: CleanerS
             if owner.closed or owner.fenced:
                 continue
             try:
-                await clean_if_due(owner, settings, offload)
+                await clean_if_due(owner, settings, offload, metrics=metrics)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # store trouble, a fenced commit: the next round tries again
@@ -90,14 +93,18 @@ async def assess(owner: PartitionOwner, config: CompactionConfig, now_ms: int) -
 
 
 async def clean_if_due(owner: PartitionOwner, settings: CleanerSettings, offload: Offload = run_in_thread,
-                       now_ms: int | None = None, force: bool = False) -> Outcome | None:
+                       now_ms: int | None = None, force: bool = False,
+                       metrics: BrokerMetrics = NO_METRICS) -> Outcome | None:
     """Clean the partition if its topic is compacted and the pass is due (or `force`): the pass's outcome."""
     config = compaction_config(owner)
     if not config.compact:
         return None
     now = int(time.time() * 1000) if now_ms is None else now_ms
     p = await assess(owner, config, now)
+    figures = CleanerFigures(owner.topic, owner.partition, p.dirty_ratio, p.dirty_bytes,
+                             max(0.0, (now - config.max_lag_ms - p.oldest_dirty_ms) / 1000) if p.dirty_bytes else 0.0)
     if not p.segments or not (force or due(p, config)):
+        metrics.cleaner(figures)
         return None
     job = Job(owner.settings.namespace, owner.topic, owner.partition, owner.epoch, now, p.segments, p.first_dirty,
               tuple(owner.txns.aborted), now, config.delete_retention_ms, config.segment_bytes, settings.map_entries,
@@ -109,6 +116,13 @@ async def clean_if_due(owner: PartitionOwner, settings: CleanerSettings, offload
     finally:
         owner.cleaning = False
     s = outcome.stats
+    before = sum(s.size for r in outcome.replacements for s in r.old)
+    after = sum(r.new.size for r in outcome.replacements if r.new is not None)
+    left = await assess(owner, config, now)  # the gauges say what is dirty now, not what was
+    metrics.cleaner(dataclasses.replace(figures, dirty_ratio=left.dirty_ratio, dirty_bytes=left.dirty_bytes,
+                                        cleaned=True, bytes_read=s.bytes_read, bytes_written=s.bytes_written,
+                                        bytes_reclaimed=before - after, records_removed=s.records_removed,
+                                        seconds=s.seconds))
     log.info("%s-%d cleaned to %d: %d of %d records removed, %d bytes read, %d written, %.2f s", owner.topic,
              owner.partition, outcome.cleaned_to, s.records_removed, s.records_read, s.bytes_read, s.bytes_written,
              s.seconds)

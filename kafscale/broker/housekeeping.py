@@ -16,7 +16,8 @@ def chores(core: ShardCore) -> list[Coroutine[Any, Any, None]]:
     config, owners = core.config, (lambda: core.owners.values())
     out = [retention.run(owners, config.retention_check_interval_ms / 1000),
            cleaning.run(owners, cleaning.CleanerSettings(config.log_cleaner_backoff_ms / 1000,
-                                                         config.compaction_map_entries), core.offload)]
+                                                         config.compaction_map_entries), core.offload,
+                        core.metrics)]
     if config.janitor_interval_s:
         out.append(janitor.run(owners, core.placement.leads_housekeeping, core.meta, core.objects,
                                config.s3_namespace, config.janitor_interval_s, config.orphan_grace_s,

@@ -30,6 +30,26 @@ class BrokerMetrics(Protocol):
     def snapshot(self, created_ms: int | None) -> None:
         """A scheduled metadata snapshot was taken at created_ms, or (None) failed."""
 
+    def cleaner(self, figures: CleanerFigures) -> None:
+        """A compacted partition was assessed, and cleaned if `figures.cleaned`."""
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerFigures:
+    """One compacted partition as the cleaner last saw it, and what its pass did (zeros when it did not run)."""
+
+    topic: str
+    partition: int
+    dirty_ratio: float
+    dirty_bytes: int  # the cleaner's lag: what the next pass has to map
+    delay_s: float  # Kafka's max-compaction-delay-secs: how far past max.compaction.lag.ms its oldest dirty record is
+    cleaned: bool = False
+    bytes_read: int = 0
+    bytes_written: int = 0
+    bytes_reclaimed: int = 0  # committed bytes before the pass minus after
+    records_removed: int = 0
+    seconds: float = 0.0
+
 
 class _NoPartition:
     def flushed(self, batch_bytes: int, records: int, segment_bytes: int, seconds: float) -> None:
@@ -52,6 +72,9 @@ class _NoMetrics:
         pass
 
     def snapshot(self, created_ms: int | None) -> None:
+        pass
+
+    def cleaner(self, figures: CleanerFigures) -> None:
         pass
 
 

@@ -45,6 +45,7 @@ class Plan:
     dirty_bytes: int
     total_bytes: int
     forced: bool  # due by max.compaction.lag.ms, not by the ratio
+    oldest_dirty_ms: int  # the oldest dirty record's timestamp (now when nothing is dirty)
 
     @property
     def dirty_ratio(self) -> float:
@@ -71,7 +72,7 @@ def plan(segments: Sequence[SegmentMeta], log_start: int, first_dirty: int, stab
     dirty = [s for s in part if s.last >= first_dirty]
     oldest = min((s.min_ts if s.min_ts >= 0 else s.created_ms for s in dirty), default=now_ms)
     forced = bool(dirty) and oldest < now_ms - config.max_lag_ms
-    return Plan(tuple(part), first_dirty, sum(s.size for s in dirty), sum(s.size for s in part), forced)
+    return Plan(tuple(part), first_dirty, sum(s.size for s in dirty), sum(s.size for s in part), forced, oldest)
 
 
 def due(p: Plan, config: CompactionConfig) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from kafscale.broker.stats import ShardStats
+from kafscale.broker.stats import CleanerFigures, ShardStats
 from kafscale.protocol.schemas import api_name
 from kafscale.storage.batch import count_records
 from kafscale.storage.metadata_store import KeyValue, MetadataStore, Op, StoreStatus, TxnResult, WatchEvent
@@ -75,6 +75,26 @@ class ShardMetrics:
                                    "metadata snapshot (unix time; its age is time() minus this)", registry=r)
         self.snapshot_failures = Counter("kafscale_metadata_snapshot_failures", "Scheduled metadata snapshots "
                                          "that failed", registry=r)
+        # The log cleaner (docs/compaction.md): per compacted partition, and per topic over its passes.
+        part = ["topic", "partition"]
+        self.cleaner_dirty_ratio = Gauge("kafscale_cleaner_dirty_ratio", "Dirty share of a compacted partition's "
+                                         "cleanable bytes, as last assessed", part, registry=r)
+        self.cleaner_dirty_bytes = Gauge("kafscale_cleaner_dirty_bytes", "Cleanable bytes not yet cleaned (the "
+                                         "cleaner's lag)", part, registry=r)
+        self.cleaner_delay = Gauge("kafscale_cleaner_max_compaction_delay_seconds", "How far past "
+                                   "max.compaction.lag.ms the oldest dirty record is (Kafka's "
+                                   "max-compaction-delay-secs)", part, registry=r)
+        self.cleaner_read = Counter("kafscale_cleaner_read_bytes", "Bytes cleaning passes read", ["topic"],
+                                    registry=r)
+        self.cleaner_written = Counter("kafscale_cleaner_written_bytes", "Bytes cleaning passes wrote", ["topic"],
+                                       registry=r)
+        self.cleaner_reclaimed = Counter("kafscale_cleaner_reclaimed_bytes", "Committed bytes cleaning passes "
+                                         "removed", ["topic"], registry=r)
+        self.cleaner_removed = Counter("kafscale_cleaner_removed_records", "Records cleaning passes removed",
+                                       ["topic"], registry=r)
+        self.cleaner_seconds = Histogram("kafscale_cleaner_pass_duration_seconds", "One cleaning pass, from its "
+                                         "first read to its commit", registry=r,
+                                         buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800))
         self._requests: dict[int, Any] = {}
         self.requests = 0  # answered since start: the load meter's request rate
         self._topics: dict[str, PartitionMetrics] = {}
@@ -119,6 +139,18 @@ class ShardMetrics:
     def swept(self, deleted: int, in_grace: int) -> None:
         self.orphans_deleted.inc(deleted)
         self.orphans_in_grace.set(in_grace)
+
+    def cleaner(self, f: CleanerFigures) -> None:
+        labels = (f.topic, str(f.partition))
+        self.cleaner_dirty_ratio.labels(*labels).set(f.dirty_ratio)
+        self.cleaner_dirty_bytes.labels(*labels).set(f.dirty_bytes)
+        self.cleaner_delay.labels(*labels).set(f.delay_s)
+        if f.cleaned:
+            self.cleaner_read.labels(f.topic).inc(f.bytes_read)
+            self.cleaner_written.labels(f.topic).inc(f.bytes_written)
+            self.cleaner_reclaimed.labels(f.topic).inc(max(f.bytes_reclaimed, 0))
+            self.cleaner_removed.labels(f.topic).inc(f.records_removed)
+            self.cleaner_seconds.observe(f.seconds)
 
     def observe_s3(self, op: str, seconds: float, ok: bool) -> None:
         pair = self._s3.get(op)

@@ -7,6 +7,8 @@ The session's brokers look at compacted topics every 500 ms (tests/integration/c
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -14,6 +16,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafscale.cluster import keys
 from kafscale.cluster.records import SegmentMeta
 from tests.integration.conftest import Cluster, unique_topic, wait_until
+from tests.integration.test_metrics import _scrape as scrape
+from tests.integration.test_metrics import _value
 
 pytestmark = pytest.mark.timeout(120)
 KEYS, VERSIONS, DELETED = 200, 5, 20
@@ -67,3 +71,14 @@ def test_a_consumer_reads_the_latest_value_of_every_key_after_the_cleaning(broke
     segments = committed_segments(broker, topic)
     assert sum(s.records for s in segments) == KEYS and all(s.cleaned for s in segments)
     assert (segments[0].base, segments[-1].last) == (0, end - 1)  # the log's span is unchanged
+
+    # What the cleaner reports on /metrics: every record removed once, whatever the number of passes it took.
+    def reported() -> dict[Any, float] | None:  # a pass reports once its swap is committed, after readers see it
+        samples = scrape(broker)
+        return samples if _value(samples, "kafscale_cleaner_removed_records_total", topic=topic) else None
+
+    samples = wait_until(reported, what="the cleaner's figures")
+    assert _value(samples, "kafscale_cleaner_removed_records_total", topic=topic) == end - KEYS
+    assert _value(samples, "kafscale_cleaner_reclaimed_bytes_total", topic=topic) > 0
+    assert _value(samples, "kafscale_cleaner_dirty_ratio", topic=topic, partition="0") == 0
+    assert _value(samples, "kafscale_cleaner_pass_duration_seconds_count") >= 1

@@ -10,6 +10,7 @@ from typing import Any
 
 import ray
 
+from kafscale.actors.cleaning_task import ray_offload
 from kafscale.actors.heap import tune_gc_for_serving
 from kafscale.actors.shard_host import ShardHost
 from kafscale.broker.interface import FetchItem, Peer
@@ -141,7 +142,8 @@ class ShardActor:
                          peers=self._peer, port=self.port, advertised_host=self.advertised_host,
                          bind_host=self.config.bind_host(self.node_ip), node_ip=self.node_ip,
                          open_renewal_store=lambda: open_metadata_store(self.config, self.metadata_actor,
-                                                                        self.ray_namespace))
+                                                                        self.ray_namespace),
+                         offload=ray_offload(self.config))
         address = await host.start(node_id=ray.get_runtime_context().get_node_id(), node_ip=self.node_ip)
         self.host = host
         # The Ray dashboard's copy of the shard's metrics, tagged with the shard and its node.

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from kafscale.acceptor.dispatch import build_router
 from kafscale.acceptor.limits import ConnectionLimits
 from kafscale.acceptor.listener import Listener
+from kafscale.broker.cleaning import Offload, run_in_thread
 from kafscale.broker.interface import Peers
 from kafscale.broker.shard import ShardCore
 from kafscale.cluster.lease_renewal import RenewalThread
@@ -41,7 +42,8 @@ class ShardHost:
     def __init__(self, shard_id: int, config: BrokerConfig, *, meta: MetadataStore, objects: ObjectStore,
                  shards: list[ShardAddress] | None = None, peers: Peers | None = None,
                  port: int | None = None, advertised_host: str | None = None, bind_host: str | None = None,
-                 node_ip: str = "", open_renewal_store: Callable[[], MetadataStore] | None = None) -> None:
+                 node_ip: str = "", open_renewal_store: Callable[[], MetadataStore] | None = None,
+                 offload: Offload = run_in_thread) -> None:
         """open_renewal_store: a second connection to the metadata store, for lease renewals on a thread of
         their own (kafscale.cluster.lease_renewal); None renews on the shard's loop."""
         self.shard_id = shard_id
@@ -51,7 +53,7 @@ class ShardHost:
         self.meta = TimedMetadataStore(meta, self.metrics)
         self.renewals = RenewalThread(open_renewal_store) if open_renewal_store and peers is not None else None
         self.core = ShardCore(shard_id, config, meta=self.meta, objects=objects, shards=shards, peers=peers,
-                              metrics=self.metrics, renewals=self.renewals)
+                              metrics=self.metrics, renewals=self.renewals, offload=offload)
         self.router = build_router(self.core)
         self.router.observe = self.metrics.observe_request
         mine = self.core.placement.address(shard_id)

@@ -91,7 +91,8 @@ def jvm_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JvmBroker]:
     config = BrokerConfig(listeners=LISTENERS, ssl_certfile=str(pki.cert_file), ssl_keyfile=str(pki.key_file),
                           ssl_cafile=str(pki.ca_file), ssl_client_auth="required",
                           ssl_principal_mapping_rules=ALICE_RULE, authorizer="acl", super_users=f"User:{USER}",
-                          allow_everyone_if_no_acl_found=True, metrics_listen="", flush_interval_ms=20)
+                          allow_everyone_if_no_acl_found=True, metrics_listen="", flush_interval_ms=20,
+                          log_cleaner_backoff_ms=500)
     broker = InProcessBroker(config, meta=lambda: EmbeddedStore(d / "meta.db"),
                              objects=lambda: LocalDirStore(d / "objects"))
     with broker:

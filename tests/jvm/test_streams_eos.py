@@ -12,8 +12,8 @@ Each test runs against Apache Kafka 4.4.0 first (`[reference]`, the `kafka_refer
 test, then against Kafscale (`[kafscale]`, the in-process broker of tests/jvm/conftest.py); the last one, a shard
 killed with kill -9 while the app runs, against a 2-shard `kafscale serve` only.
 
-The changelog topic: Streams asks for cleanup.policy=compact, which Kafscale refuses (no compaction yet, issue 34);
-the app sets `topic.cleanup.policy=delete` for its internal topics (see WordCount.java).
+The changelog topic is compacted (Streams creates it with cleanup.policy=compact): Kafscale cleans it while the app
+runs, and a restarted app with an empty state directory restores its counts from it.
 """
 
 from __future__ import annotations
@@ -199,6 +199,66 @@ def test_the_word_count_stays_exact_when_its_jvm_is_killed_midway(request: pytes
         output.wait_for(expected, apps)
         check_exact(output, expected)
         assert first.runs == 2
+    finally:
+        output.close()
+
+
+def changelog_records(bootstrap: str, topic: str) -> int:
+    """How many records a consumer reading the topic from its start finds (every partition, to its end)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        found, ended = 0, set()
+        deadline = time.monotonic() + 30
+        while len(ended) < PARTITIONS:
+            assert time.monotonic() < deadline, f"{topic}: no end of partition after 30 s"
+            for message in consumer.consume(500, timeout=0.5):
+                if message.error() is None:
+                    found += 1
+                else:
+                    ended.add(message.partition())
+        return found
+    finally:
+        consumer.close()
+
+
+def test_a_restarted_app_restores_its_counts_from_the_compacted_changelog(
+        request: pytest.FixtureRequest, bootstrap: str, tmp_path: Path, apps: list[WordCountApp]) -> None:
+    """A KTable's state comes back from its changelog: the app (an in-memory store) counts half the input and
+    stops; Kafscale cleans the changelog down to one count per word; a new instance, with an empty state directory,
+    restores the store from it and counts the other half. Every word's counts keep increasing to the exact total.
+    (Kafka cleans only closed segments, and the changelog's one segment stays open: against it, the restore reads
+    every update.)"""
+    source, sink, app_id = names(request)
+    create_topics(bootstrap, source, sink)
+    text = lines(2000, seed=3)
+    halves = text[:1000], text[1000:]
+    output = Output(bootstrap, sink)
+    try:
+        produce(bootstrap, source, halves[0])
+        # the changelog is cleaned as soon as anything in it is dirty (Streams passes topic.* configs on)
+        cleaned_at_once = {"topic.min.cleanable.dirty.ratio": "0.01"}
+        first = WordCountApp(bootstrap, app_id, source, sink, tmp_path / "first", store="memory",
+                             extra=cleaned_at_once)
+        apps.append(first)
+        first.start()
+        output.wait_for(Counter(word for line in halves[0] for word in line.split()), apps)
+        first.stop()
+        changelog, words = f"{app_id}-counts-changelog", len({w for line in halves[0] for w in line.split()})
+        if "kafscale" in request.node.name:
+            deadline = time.monotonic() + 60
+            while (found := changelog_records(bootstrap, changelog)) > words:
+                assert time.monotonic() < deadline, f"the changelog still holds {found} records for {words} words"
+                time.sleep(0.5)
+        second = WordCountApp(bootstrap, app_id, source, sink, tmp_path / "second", store="memory",
+                              extra=cleaned_at_once)
+        apps.append(second)
+        second.start()
+        produce(bootstrap, source, halves[1])
+        expected = Counter(word for line in text for word in line.split())
+        output.wait_for(expected, [second])  # the first one stopped on purpose
+        check_exact(output, expected)
     finally:
         output.close()
 

@@ -54,11 +54,9 @@ public final class WordCount {
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.String().getClass());
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.String().getClass());
-        // Streams creates its internal topics itself (the repartition topic and the store's changelog), the
-        // changelog with cleanup.policy=compact. Kafscale has no compaction yet and refuses that policy (issue 34),
-        // so every internal topic is asked for cleanup.policy=delete through the topic prefix: the counts stay
-        // exact (the changelog keeps every update; a restore replays them all, the last one per word wins).
-        props.put(StreamsConfig.topicPrefix("cleanup.policy"), "delete");
+        // Streams creates its internal topics itself: the repartition topic, and the store's changelog with
+        // cleanup.policy=compact, which the broker cleans while the app runs (a restore then reads the latest
+        // count of each word, across the ranges a cleaning removed).
         // A restarted instance should not wait long for its killed predecessor: the group notices the dead member
         // after session.timeout.ms (6 s, the broker's minimum by default), and a transaction the dead producer
         // left open is aborted after transaction.timeout.ms (unless the new instance takes over its

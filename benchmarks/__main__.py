@@ -25,8 +25,8 @@ from benchmarks import guard
 from benchmarks.common import REPO, Context, log, machine_info, set_aside_cpus
 from benchmarks.scenarios import SCENARIOS, close_shared, resolve
 
-DEFAULT_ORDER = ["limits", "produce", "end_to_end", "kcat_spec", "catchup", "read_back", "transactions", "scale",
-                 "group_rebalance", "pipeline_read"]
+DEFAULT_ORDER = ["limits", "produce", "end_to_end", "kcat_spec", "catchup", "read_back", "transactions", "compaction",
+                 "scale", "group_rebalance", "pipeline_read"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

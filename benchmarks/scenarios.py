@@ -29,6 +29,7 @@ from benchmarks.common import (
     metrics_delta,
     run_worker,
 )
+from benchmarks.compaction import compaction
 from benchmarks.metadata_scale import metadata_scale
 from benchmarks.read_back import read_back
 from benchmarks.security import security
@@ -540,6 +541,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "catchup": catchup,
     "read_back": read_back,
     "transactions": transactions,
+    "compaction": compaction,
     "scale": scale,
     "group_rebalance": group_rebalance,
     "pipeline_read": pipeline_read,

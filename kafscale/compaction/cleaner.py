@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kafscale.cluster.records import AbortedTxn, SegmentMeta
 from kafscale.compaction.keymap import KeyMap
-from kafscale.compaction.records import Record, rebuild, records_of
+from kafscale.compaction.records import as_record, decoded, keys_and_offsets, rebuild, records_of
 from kafscale.storage.batch import BatchHeader, split_batches
 from kafscale.storage.segment import batches_region, build_segment
 
@@ -129,16 +129,13 @@ def _map(job: Job, read: Read, aborted: _Aborted, stats: Stats) -> tuple[KeyMap,
             if h.last_offset < job.first_dirty:
                 continue
             if not h.is_control and not _aborted_data(h, aborted):
-                records = [r for r in records_of(data[pos : pos + h.size], h) if r.key is not None]
-                keys = [r.key for r in records if r.key is not None]
-                if not keymap.room_for(keys):
+                found = [(k, o) for k, o in keys_and_offsets(data[pos : pos + h.size], h) if k is not None]
+                if not keymap.room_for([k for k, _ in found]):
                     if cleaned_to <= job.first_dirty:
-                        raise ValueError(f"--compaction-map-entries {job.map_entries} cannot hold the {len(keys)}"
+                        raise ValueError(f"--compaction-map-entries {job.map_entries} cannot hold the {len(found)}"
                                          f" keys of one batch of {job.topic}-{job.partition}")
                     return keymap, cleaned_to
-                for r in records:
-                    assert r.key is not None
-                    keymap.put(r.key, h.base_offset + r.offset_delta)
+                keymap.put_all(found)  # type: ignore[arg-type]
             cleaned_to = h.last_offset + 1
         cleaned_to = max(cleaned_to, seg.last + 1)
     return keymap, cleaned_to
@@ -199,22 +196,24 @@ def _filter(job: Job, h: BatchHeader, raw: bytes, keymap: KeyMap, aborted: _Abor
         if horizon is None:
             return rebuild(h, records_of(raw, h), horizon_ms=job.now_ms + job.delete_retention_ms)
         return raw if horizon > job.now_ms else b""
-    records = records_of(raw, h)
+    records = decoded(raw, h)  # aiokafka's records: a Record is made only of what a rebuild keeps
     stats.records_read += len(records)
     if h.is_transactional:
         txn_seen[h.producer_id] = True
     if _aborted_data(h, aborted):
         stats.records_removed += len(records)
         return b""
-    kept: list[Record] = []
+    kept = []
     tombstones = False
+    latest = keymap.lookup
     for r in records:
-        if r.key is None:
+        key = r.key
+        if key is None:
             continue  # Kafka's cleaner drops what has no key: it cannot be compacted
-        latest = keymap.latest(r.key)
-        if latest is not None and h.base_offset + r.offset_delta < latest:
+        newest = latest(key)
+        if newest is not None and r.offset < newest:
             continue  # a newer value of the key follows
-        if r.tombstone:
+        if r.value is None:
             if horizon is not None and horizon <= job.now_ms:
                 continue  # kept for delete.retention.ms after the cleaning that first kept it: done
             tombstones = True
@@ -222,8 +221,9 @@ def _filter(job: Job, h: BatchHeader, raw: bytes, keymap: KeyMap, aborted: _Abor
     stats.records_removed += len(records) - len(kept)
     if not kept:
         return b""
-    if tombstones and horizon is None:
-        return rebuild(h, kept, horizon_ms=job.now_ms + job.delete_retention_ms)
-    if len(kept) == len(records):
+    if len(kept) == len(records) and not (tombstones and horizon is None):
         return raw
+    if tombstones and horizon is None:
+        horizon = job.now_ms + job.delete_retention_ms
+    return rebuild(h, [as_record(r, h.base_offset) for r in kept], horizon_ms=horizon)
     return rebuild(h, kept, horizon_ms=horizon)

@@ -37,5 +37,14 @@ class KeyMap:
     def put(self, key: bytes, offset: int) -> None:
         self._latest[_slot(key)] = offset
 
+    def put_all(self, pairs: list[tuple[bytes, int]]) -> None:
+        latest = self._latest
+        for key, offset in pairs:  # inlined _slot: this runs once per record of the dirty log
+            latest[key if len(key) <= _DIGEST else blake2b(key, digest_size=_DIGEST).digest()] = offset
+
     def latest(self, key: bytes) -> int | None:
         return self._latest.get(_slot(key))
+
+    def lookup(self, key: bytes) -> int | None:
+        """latest(), for the loop that asks it of every record of the log."""
+        return self._latest.get(key if len(key) <= _DIGEST else blake2b(key, digest_size=_DIGEST).digest())

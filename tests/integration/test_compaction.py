@@ -7,6 +7,7 @@ The session's brokers look at compacted topics every 500 ms (tests/integration/c
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -82,3 +83,45 @@ def test_a_consumer_reads_the_latest_value_of_every_key_after_the_cleaning(broke
     assert _value(samples, "kafscale_cleaner_reclaimed_bytes_total", topic=topic) > 0
     assert _value(samples, "kafscale_cleaner_dirty_ratio", topic=topic, partition="0") == 0
     assert _value(samples, "kafscale_cleaner_pass_duration_seconds_count") >= 1
+
+
+def test_a_random_workload_compacts_to_the_latest_value_of_each_key_and_tombstones_expire(broker: Cluster) -> None:
+    """The check of Kafka's LogCompactionTester, black box: random updates and deletes of a key set; once cleaned,
+    a consumer from the start sees each key's latest value once, no value of a deleted key, and each deleted
+    key's tombstone only until delete.retention.ms has passed since the cleaning that first kept it (a later pass,
+    made due by new records, removes it)."""
+    import random
+
+    topic = unique_topic("compaction-tester")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+                                                    "delete.retention.ms": "1000"})])[topic].result(30)
+    rng = random.Random(34)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    latest: dict[bytes, bytes | None] = {}
+    for i in range(5000):
+        key = b"key-%d" % rng.randrange(500)
+        value = None if rng.random() < 0.2 else b"value-%d" % i
+        latest[key] = value
+        producer.produce(topic, key=key, value=value)
+        if i % 1000 == 999:
+            assert producer.flush(30) == 0
+    assert producer.flush(30) == 0
+
+    def settled() -> dict[bytes | None, list[bytes | None]] | None:
+        seen: dict[bytes | None, list[bytes | None]] = {}
+        for _, key, value in read_from_start(broker.bootstrap, topic):
+            seen.setdefault(key, []).append(value)
+        return seen if all(len(values) == 1 for values in seen.values()) else None
+
+    seen = wait_until(settled, timeout=60, what="one record per key")
+    assert {k: v[0] for k, v in seen.items()} == latest  # the live values, and a tombstone for each deleted key
+    deleted = {k for k, v in latest.items() if v is None}
+    assert deleted
+
+    time.sleep(1.5)  # past the tombstones' delete horizon; then new records make a pass due
+    producer.produce(topic, key=b"after", value=b"the horizon")
+    assert producer.flush(30) == 0
+    live = {k: v for k, v in latest.items() if v is not None} | {b"after": b"the horizon"}
+    wait_until(lambda: {k: v for _, k, v in read_from_start(broker.bootstrap, topic)} == live, timeout=60,
+               what="the tombstones to go once their horizon passed")

@@ -93,3 +93,30 @@ def clean_pass(p: dict[str, Any]) -> dict[str, Any]:
             "bytes_read": outcome.stats.bytes_read, "bytes_written": sum(s.size for s in new),
             "records_kept": sum(s.records for s in new), "cleaned_to": outcome.cleaned_to,
             "rss_before_mib": rss0, "rss_peak_mib": rss1}
+
+
+def produce_keyed(p: dict[str, Any]) -> dict[str, Any]:
+    """`versions` values of each of `keys` keys, in random order, as fast as the broker takes them (acks=all)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": p["bootstrap"], "acks": "all", "linger.ms": 20, "batch.size": MiB,
+                         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 256 * 1024,
+                         "compression.type": "none"})
+    rng = random.Random(11)
+    order = [k for _ in range(int(p["versions"])) for k in range(int(p["keys"]))]
+    rng.shuffle(order)
+    value = bytes(rng.getrandbits(8) for _ in range(VALUE))
+    failed = []
+    t0 = time.perf_counter()
+    for k in order:
+        while True:
+            try:
+                producer.produce(p["topic"], key=b"key-%09d" % k, value=value,
+                                 on_delivery=lambda err, _msg: failed.append(str(err)) if err else None)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    left = producer.flush(120)
+    return {"records": len(order), "seconds": time.perf_counter() - t0, "undelivered": left,
+            "errors": len(failed), "first_error": failed[0] if failed else None}

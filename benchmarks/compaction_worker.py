@@ -88,7 +88,7 @@ def clean_pass(p: dict[str, Any]) -> dict[str, Any]:
     rss0, cpu0, t0 = _rss_mib(), _cpu(), time.perf_counter()
     outcome = clean_with_store(job, store)
     cpu, wall, rss1 = _cpu() - cpu0, time.perf_counter() - t0, _rss_mib()
-    new = [r.new for r in outcome.replacements if r.new is not None]
+    new = [r.new for r in outcome.replacements]
     return {"log_bytes": sum(s.size for s in segments), "cpu_s": cpu, "wall_s": wall,
             "bytes_read": outcome.stats.bytes_read, "bytes_written": sum(s.size for s in new),
             "records_kept": sum(s.records for s in new), "cleaned_to": outcome.cleaned_to,

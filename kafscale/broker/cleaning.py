@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafscale.broker.flush import FencedError
 from kafscale.broker.stats import NO_METRICS, BrokerMetrics, CleanerFigures
@@ -117,7 +117,7 @@ async def clean_if_due(owner: PartitionOwner, settings: CleanerSettings, offload
         owner.cleaning = False
     s = outcome.stats
     before = sum(s.size for r in outcome.replacements for s in r.old)
-    after = sum(r.new.size for r in outcome.replacements if r.new is not None)
+    after = sum(r.new.size for r in outcome.replacements)
     left = await assess(owner, config, now)  # the gauges say what is dirty now, not what was
     metrics.cleaner(dataclasses.replace(figures, dirty_ratio=left.dirty_ratio, dirty_bytes=left.dirty_bytes,
                                         cleaned=True, bytes_read=s.bytes_read, bytes_written=s.bytes_written,
@@ -157,9 +157,8 @@ def _chunks(owner: PartitionOwner, replacements: list[Replacement], room: int
     chunks: list[tuple[list[Replacement], list[Op]]] = [([], [])]
     for r in replacements:
         ops: list[Op] = [Delete(keys.segment(owner.topic, owner.partition, s.base)) for s in r.old
-                         if r.new is None or s.base != r.new.base]
-        if r.new is not None:
-            ops.append(Put(keys.segment(owner.topic, owner.partition, r.new.base), r.new.to_value()))
+                         if s.base != r.new.base]
+        ops.append(Put(keys.segment(owner.topic, owner.partition, r.new.base), r.new.to_value()))
         if chunks[-1][1] and len(chunks[-1][1]) + len(ops) > room:
             chunks.append(([], []))
         chunks[-1][0].append(r)
@@ -172,11 +171,11 @@ def _apply(owner: PartitionOwner, replacements: list[Replacement]) -> None:
     if not replacements:
         return
     gone = {s for r in replacements for s in r.old}
-    new: dict[int, Any] = {r.old[0].base: r.new for r in replacements}
+    new = {r.old[0].base: r.new for r in replacements}
     segments: list[SegmentMeta] = []
     for s in owner.segments:
         if s in gone:
-            if s.base in new and new[s.base] is not None:
+            if s.base in new:
                 segments.append(new[s.base])
             owner.reader.discard(s)
         else:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kafscale.cluster.records import AbortedTxn, SegmentMeta
 from kafscale.compaction.keymap import KeyMap
-from kafscale.compaction.records import as_record, decoded, keys_and_offsets, rebuild, records_of
+from kafscale.compaction.records import as_record, decoded, emptied, keys_and_offsets, rebuild, records_of
 from kafscale.storage.batch import BatchHeader, split_batches
 from kafscale.storage.segment import batches_region, build_segment
 
@@ -50,10 +50,10 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Replacement:
-    """`old` (consecutive segments) become `new`; None when nothing in them was kept."""
+    """`old` (consecutive segments) become `new`, which spans the same offsets."""
 
     old: tuple[SegmentMeta, ...]
-    new: SegmentMeta | None
+    new: SegmentMeta
 
 
 @dataclass(slots=True)
@@ -168,10 +168,13 @@ def _rewrite(job: Job, group: list[SegmentMeta], read: Read, write: Write, keyma
                 changed = True
             if kept:
                 out.append(kept)
+            last = h
     if not changed:
         return None
     if not out:
-        return Replacement(tuple(group), None)
+        # Nothing kept: the group's last batch, emptied, holds its span. The log stays without holes (a hole reads
+        # as lost data), and a consumer's position moves past the span, as past Kafka's emptied batches.
+        out.append(emptied(last))
     built = build_segment(out, created_ms=job.now_ms, index_interval_bytes=job.index_interval_bytes,
                           span=(group[0].base, group[-1].last))
     markers = {h.base_offset for _, h in built.batches if h.is_control}

@@ -17,7 +17,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from crc32c import crc32c
 
 from kafscale.storage import varint
-from kafscale.storage.batch import DELETE_HORIZON_BIT, BatchHeader, Buffer, CorruptSegmentError
+from kafscale.storage.batch import DELETE_HORIZON_BIT, TIMESTAMP_TYPE_BIT, BatchHeader, Buffer, CorruptSegmentError
 from kafscale.storage.codecs import compress
 
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count: what the batch CRC covers, then records
@@ -87,6 +87,18 @@ def rebuild(header: BatchHeader, kept: list[Record], *, horizon_ms: int | None) 
     covered = _AFTER_CRC.pack(attributes, header.last_offset_delta, base_ts, header.max_timestamp,
                               header.producer_id, header.producer_epoch, header.base_sequence,
                               len(kept)) + compress(header.compression, records)
+    head = _BEFORE_CRC.pack(header.base_offset, _LENGTH_AFTER_LENGTH + len(covered), header.partition_leader_epoch, 2)
+    return head + crc32c(covered).to_bytes(4, "big") + covered
+
+
+def emptied(header: BatchHeader) -> bytes:
+    """The batch with no records left, uncompressed: what stands for a group of segments a cleaning emptied (its
+    offsets stay covered, and a consumer's position moves past it, as past Kafka's emptied batches)."""
+    # Only the timestamp type stays: no codec for no records, and neither a control batch (a reader expects its
+    # marker record) nor a transactional one (nothing left to decide).
+    covered = _AFTER_CRC.pack(header.attributes & TIMESTAMP_TYPE_BIT, header.last_offset_delta,
+                              header.first_timestamp, header.max_timestamp, header.producer_id,
+                              header.producer_epoch, header.base_sequence, 0)
     head = _BEFORE_CRC.pack(header.base_offset, _LENGTH_AFTER_LENGTH + len(covered), header.partition_leader_epoch, 2)
     return head + crc32c(covered).to_bytes(4, "big") + covered
 

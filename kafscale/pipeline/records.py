@@ -61,7 +61,7 @@ def decode_batches(
     payloads: list[bytes] = []
     heads: list[BatchHeader] = []
     for data, header in batches:
-        if header.is_control:
+        if header.is_control or not header.record_count:  # markers, and batches a cleaning emptied
             continue
         try:
             payloads.append(decompress(header.compression, memoryview(data)[HEADER_SIZE : header.size]))

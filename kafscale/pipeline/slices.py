@@ -120,7 +120,7 @@ def _fetch(piece: Slice) -> list[tuple[memoryview, BatchHeader]]:
                                   position=first)
     out = []
     for rel, header in split_batches(data, verify_crc=True, key=key, base_position=first):
-        if header.base_offset != expected:
+        if header.base_offset != expected and not (meta.cleaned and header.base_offset > expected):
             raise CorruptSegmentError(f"batch starts at offset {header.base_offset}, expected {expected}",
                                       key=key, position=first + rel)
         expected = header.last_offset + 1

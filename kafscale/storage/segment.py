@@ -156,7 +156,7 @@ def build_segment(
     if base_offset < 0:
         raise ValueError(f"negative base offset {base_offset}: offsets must be assigned before building")
     record_count = sum(header.record_count for _, header in placed)
-    if record_count < 1:
+    if record_count < 1 and span is None:
         raise ValueError("a segment needs at least one record")
     flags = FLAG_HEADER_CRC | (FLAG_COMPACTED if span is not None else 0)
     fields = _HEADER_FIELDS.pack(SEGMENT_MAGIC, SEGMENT_VERSION, flags, base_offset, record_count, created_ms)
@@ -212,7 +212,7 @@ def parse_segment_header(data: Buffer, key: str | None = None) -> SegmentHeader:
         raise CorruptSegmentError(f"unknown segment flags {flags:#06x}", key=key, position=6)
     if base_offset < 0:
         raise CorruptSegmentError(f"negative segment base offset {base_offset}", key=key, position=8)
-    if record_count < 1:
+    if record_count < (0 if flags & FLAG_COMPACTED else 1):  # a cleaning may leave only emptied batches
         raise CorruptSegmentError(f"segment record count {record_count}", key=key, position=_RECORD_COUNT_AT)
     return SegmentHeader(base_offset, record_count, created_ms, bool(flags & FLAG_COMPACTED))
 

@@ -7,6 +7,7 @@ The session's brokers look at compacted topics every 500 ms (tests/integration/c
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -125,3 +126,34 @@ def test_a_random_workload_compacts_to_the_latest_value_of_each_key_and_tombston
     live = {k: v for k, v in latest.items() if v is not None} | {b"after": b"the horizon"}
     wait_until(lambda: {k: v for _, k, v in read_from_start(broker.bootstrap, topic)} == live, timeout=60,
                what="the tombstones to go once their horizon passed")
+
+
+def test_a_consumer_reads_past_segments_a_cleaning_emptied(broker: Cluster) -> None:
+    """Over a MiB of values all replaced later: their segment group (segment.bytes, 1 MiB here) keeps nothing but
+    one emptied batch standing for its offsets; librdkafka reads past it to the new values."""
+    topic = unique_topic("emptied")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+                                                    "segment.bytes": "1048576"})])[topic].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.size": 16384})
+    for i in range(200):  # 2 MiB, one batch a record
+        producer.produce(topic, key=b"k%03d" % (i % 100), value=bytes(10_240))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    for i in range(100):
+        producer.produce(topic, key=b"k%03d" % i, value=b"new")
+    assert producer.flush(30) == 0
+
+    def emptied() -> list[SegmentMeta] | None:
+        segments = committed_segments(broker, topic)
+        return segments if any(s.records == 0 for s in segments) else None
+
+    segments = wait_until(emptied, timeout=60, what="a segment group the cleaning emptied")
+    assert all(a.last + 1 == b.base for a, b in itertools.pairwise(segments))  # no hole
+
+    def one_per_key() -> list[tuple[int, bytes | None, bytes | None]] | None:
+        got = read_from_start(broker.bootstrap, topic)
+        return got if len(got) == 100 else None
+
+    got = wait_until(one_per_key, timeout=60, what="one record per key")
+    assert [(k, v) for _, k, v in got] == [(b"k%03d" % i, b"new") for i in range(100)]

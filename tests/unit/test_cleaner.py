@@ -54,7 +54,7 @@ class Log:
         outcome = clean(job, self.read, self.objects.__setitem__)
         for r in outcome.replacements:  # what the broker's commit does to the segment list
             i = self.segments.index(r.old[0])
-            self.segments[i : i + len(r.old)] = [r.new] if r.new else []
+            self.segments[i : i + len(r.old)] = [r.new]
         return outcome
 
     def rows(self) -> list[tuple[int, bytes | None, bytes | None, int]]:
@@ -161,3 +161,18 @@ def test_a_batch_too_large_for_the_key_map_is_refused_with_a_message() -> None:
     log.segment(batch((b"a", b"1"), (b"b", b"2")))
     with pytest.raises(ValueError, match="--compaction-map-entries 1 cannot hold the 2 keys"):
         log.clean(map_entries=1)
+
+
+def test_a_group_with_nothing_left_keeps_its_span_as_one_emptied_batch() -> None:
+    """No hole in the log (a reader takes a hole for lost data): the group's last batch stays, without records,
+    neither compressed, nor transactional, nor a marker, so that a consumer's position moves past it."""
+    log = Log()
+    log.segment(batch((b"a", b"a0")))
+    log.segment(batch((None, b"no key"), (b"a", b"a1"), codec=4, pid=5, transactional=True))
+    log.segment(batch((b"a", b"a2")))
+    log.clean(segment_bytes=1)  # every segment a group of its own
+    assert [(s.base, s.last, s.records) for s in log.segments] == [(0, 0, 0), (1, 2, 0), (3, 3, 1)]
+    emptied = log.batch_headers()[:2]
+    assert [(h.base_offset, h.last_offset, h.record_count, h.compression, h.is_transactional, h.producer_id)
+            for h in emptied] == [(0, 0, 0, 0, False, -1), (1, 2, 0, 0, False, 5)]
+    assert log.rows() == [(3, b"a", b"a2", NOW - DAY)]

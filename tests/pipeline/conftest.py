@@ -39,7 +39,8 @@ class Deployment:
 
 
 def _config() -> BrokerConfig:
-    return BrokerConfig(shards_per_node=1, s3_namespace=NAMESPACE, segment_bytes=SEGMENT_BYTES, flush_interval_ms=20)
+    return BrokerConfig(shards_per_node=1, s3_namespace=NAMESPACE, segment_bytes=SEGMENT_BYTES, flush_interval_ms=20,
+                        log_cleaner_backoff_ms=500)  # compacted topics are cleaned promptly
 
 
 @pytest.fixture(scope="session")

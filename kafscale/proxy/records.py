@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from kafscale.storage import varint
 from kafscale.storage.batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_BIT,
@@ -51,28 +52,8 @@ _U32 = struct.Struct(">I")
 LANE_CACHE = 100_000  # batches whose virtual partition is remembered, so several consumers decompress each once
 
 
-def zigzag(n: int) -> bytes:
-    """A signed varint, as record fields are written."""
-    u = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def _read_zigzag(buf: Buffer, pos: int) -> tuple[int, int]:
-    u, shift = 0, 0
-    while True:
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-        b = buf[pos]
-        pos += 1
-        u |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (u >> 1) ^ -(u & 1), pos
-        shift += 7
+zigzag = varint.encode  # a signed varint, as record fields are written
+_read_zigzag = varint.decode
 
 
 def _headers_at(record: Buffer, pos: int) -> int:

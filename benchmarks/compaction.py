@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Context, Reference, Result, broker, log, run_worker
@@ -111,3 +112,65 @@ def _produce_latency_while_cleaning(ctx: Context) -> None:
                                        " more than 10 %")], settings,
                    {"p99_alone_ms": base99, "p99_while_cleaning_ms": p99, "passes": passes, "pass_s": pass_s,
                     "records_s_alone": baseline["records_per_s"], "records_s_while": during["records_per_s"]}))
+
+
+SOAK_KEYS = 10_000
+SOAK_RATE = 2_000  # keyed 1 KiB records a second: the key set is rewritten every 5 s
+SOAK_SAMPLE_S = 10.0
+
+
+def _topic_bytes(root: Path, topic: str) -> int:
+    """Bytes of every object of the topic in a local object directory (committed or not yet swept)."""
+    return sum(f.stat().st_size for d in root.rglob(topic) if d.is_dir() for f in d.rglob("*") if f.is_file())
+
+
+def compaction_soak(ctx: Context) -> None:
+    """A compacted topic written for `--soak-minutes` (60; --quick 3) with a steady key set: its bytes in the object
+    store must stay bounded. One `serve` (2 shards, local store) with a janitor that sweeps every 10 s and deletes
+    replaced objects after 30 s. Target: the topic's stored bytes in the last quarter stay within 1.1x the peak of
+    the second (a plateau), while what was written grows linearly."""
+    import threading
+
+    minutes = 3.0 if ctx.quick else float(ctx.options.get("soak_minutes") or 60)
+    topic = "compaction-soak"
+    args = ["--log-cleaner-backoff-ms", "5000", "--janitor-interval-s", "10", "--orphan-grace-s", "30"]
+    samples: list[tuple[float, int]] = []
+    with broker(ctx, "local", "compaction-soak", shards=2, extra_args=args) as b:
+        made = run_worker("create_topics", {"bootstrap": b.bootstrap, "topics": [(topic, 1)], "batch": 1})
+        if made["errors"]:
+            raise RuntimeError(f"create {topic}: {made['errors']}")
+        from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        change = ConfigResource("topic", topic, incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([change])[change].result(30)
+        root = b.dir / "data"
+        stop = threading.Event()
+        t0 = time.monotonic()
+
+        def sample() -> None:
+            while not stop.wait(SOAK_SAMPLE_S):
+                samples.append((time.monotonic() - t0, _topic_bytes(root, topic)))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        written = run_worker("produce_keyed", {"bootstrap": b.bootstrap, "topic": topic, "keys": SOAK_KEYS,
+                                               "versions": int(SOAK_RATE * minutes * 60 / SOAK_KEYS),
+                                               "value_bytes": 1024, "rate": SOAK_RATE},
+                             timeout=minutes * 60 + 600)
+        stop.set()
+        sampler.join()
+    if written["errors"] or written["undelivered"]:
+        raise RuntimeError(f"soak writes: {written}")
+    quarter = len(samples) // 4
+    second = max(v for _, v in samples[quarter : 2 * quarter]) if quarter else None
+    last = max(v for _, v in samples[3 * quarter :]) if quarter else None
+    total = written["records"] * 1024 / 2**20
+    log(f"  {written['records']:,} records ({total:,.0f} MiB) over {minutes:.0f} min; topic bytes, second quarter"
+        f" peak {second and second / 2**20:.1f} MiB, last quarter peak {last and last / 2**20:.1f} MiB")
+    ctx.add(Result("compaction", "soak_stored_last_over_second_quarter", last / second if second else None, "x",
+                   "local", [Reference("target", 1.1, "x", "lower", "a plateau: the last quarter's peak within"
+                                       " 1.1x the second's")],
+                   {"minutes": minutes, "keys": SOAK_KEYS, "rate": SOAK_RATE, "record_bytes": 1024},
+                   {"samples": samples, "written_mib": total}))

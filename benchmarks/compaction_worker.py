@@ -96,7 +96,8 @@ def clean_pass(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def produce_keyed(p: dict[str, Any]) -> dict[str, Any]:
-    """`versions` values of each of `keys` keys, in random order, as fast as the broker takes them (acks=all)."""
+    """`versions` values of each of `keys` keys, in random order (acks=all), as fast as the broker takes them or at
+    `rate` records a second."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": p["bootstrap"], "acks": "all", "linger.ms": 20, "batch.size": MiB,
@@ -105,10 +106,13 @@ def produce_keyed(p: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random(11)
     order = [k for _ in range(int(p["versions"])) for k in range(int(p["keys"]))]
     rng.shuffle(order)
-    value = bytes(rng.getrandbits(8) for _ in range(VALUE))
+    value = bytes(rng.getrandbits(8) for _ in range(int(p.get("value_bytes", VALUE))))
+    rate = float(p.get("rate", 0))  # records a second; 0: as fast as the broker takes them
     failed = []
     t0 = time.perf_counter()
-    for k in order:
+    for i, k in enumerate(order):
+        if rate and i % 100 == 0 and (ahead := i / rate - (time.perf_counter() - t0)) > 0:
+            time.sleep(ahead)
         while True:
             try:
                 producer.produce(p["topic"], key=b"key-%09d" % k, value=value,

@@ -29,7 +29,7 @@ from benchmarks.common import (
     metrics_delta,
     run_worker,
 )
-from benchmarks.compaction import compaction
+from benchmarks.compaction import compaction, compaction_soak
 from benchmarks.metadata_scale import metadata_scale
 from benchmarks.read_back import read_back
 from benchmarks.security import security
@@ -542,6 +542,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "read_back": read_back,
     "transactions": transactions,
     "compaction": compaction,
+    "compaction_soak": compaction_soak,
     "scale": scale,
     "group_rebalance": group_rebalance,
     "pipeline_read": pipeline_read,

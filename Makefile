@@ -17,6 +17,7 @@ JVMPOM   := tests/jvm/pom.xml
 JVMLIB   := tests/jvm/lib
 JVMCLIENTS := 4.4.0 3.9.2 3.0.2 2.8.2
 JVMSTREAMS := 4.4.0
+JVMCONNECT := 4.3.1
 
 .PHONY: run test test-unit bench lint install system-deps reference-kafka clean go-clients rust-client compat
 
@@ -38,15 +39,16 @@ $(JSSTAMP): $(KAFKAJS)/package.json $(KAFKAJS)/package-lock.json | $(SYSSTAMP)
 
 # Apache Kafka's jars for the reference broker (kafscale/testing/kafka_reference.py, tests/differential):
 # 4.4.0 and 3.9.2 in $(REFLIB)/<version>/; and the Java client that tests/jvm drives, kafka-clients $(JVMCLIENTS)
-# in $(JVMLIB)/clients-<version>/, and Kafka Streams $(JVMSTREAMS) in $(JVMLIB)/streams-<version>/ (Kafka's tools run
-# from $(REFLIB)/4.4.0). Maven keeps its downloads in ~/.m2,
-# once per machine; a changed pom copies every set afresh from there.
+# in $(JVMLIB)/clients-<version>/, Kafka Streams $(JVMSTREAMS) in $(JVMLIB)/streams-<version>/ and Kafka Connect
+# $(JVMCONNECT) in $(JVMLIB)/connect-<version>/ (Kafka's tools run from $(REFLIB)/4.4.0). Maven keeps its downloads
+# in ~/.m2, once per machine; a changed pom copies every set afresh from there.
 $(REFSTAMP): $(REFPOM) $(JVMPOM) | $(SYSSTAMP)
 	rm -rf $(REFLIB) $(JVMLIB)
 	mvn -q -B -f $(REFPOM) -P kafka-4.4.0 dependency:copy-dependencies
 	mvn -q -B -f $(REFPOM) -P kafka-3.9.2 dependency:copy-dependencies
 	for v in $(JVMCLIENTS); do mvn -q -B -f $(JVMPOM) -P clients-$$v dependency:copy-dependencies || exit 1; done
 	mvn -q -B -f $(JVMPOM) -P streams-$(JVMSTREAMS) dependency:copy-dependencies
+	mvn -q -B -f $(JVMPOM) -P connect-$(JVMCONNECT) dependency:copy-dependencies
 	touch $@
 
 # The Go clients of tests/integration/test_go_rust_clients.py, into $(GOCLIENTS)/bin (gitignored): franz-go, sarama

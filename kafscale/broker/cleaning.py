@@ -115,17 +115,17 @@ async def clean_if_due(owner: PartitionOwner, settings: CleanerSettings, offload
         await swap(owner, outcome, job)
     finally:
         owner.cleaning = False
-    s = outcome.stats
-    before = sum(s.size for r in outcome.replacements for s in r.old)
+    stats = outcome.stats
+    before = sum(old.size for r in outcome.replacements for old in r.old)
     after = sum(r.new.size for r in outcome.replacements)
     left = await assess(owner, config, now)  # the gauges say what is dirty now, not what was
     metrics.cleaner(dataclasses.replace(figures, dirty_ratio=left.dirty_ratio, dirty_bytes=left.dirty_bytes,
-                                        cleaned=True, bytes_read=s.bytes_read, bytes_written=s.bytes_written,
-                                        bytes_reclaimed=before - after, records_removed=s.records_removed,
-                                        seconds=s.seconds))
+                                        cleaned=True, bytes_read=stats.bytes_read, bytes_written=stats.bytes_written,
+                                        bytes_reclaimed=before - after, records_removed=stats.records_removed,
+                                        seconds=stats.seconds))
     log.info("%s-%d cleaned to %d: %d of %d records removed, %d bytes read, %d written, %.2f s", owner.topic,
-             owner.partition, outcome.cleaned_to, s.records_removed, s.records_read, s.bytes_read, s.bytes_written,
-             s.seconds)
+             owner.partition, outcome.cleaned_to, stats.records_removed, stats.records_read, stats.bytes_read,
+             stats.bytes_written, stats.seconds)
     return outcome
 
 

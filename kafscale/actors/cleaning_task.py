@@ -12,6 +12,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from kafscale.actors.stores import open_object_store
 from kafscale.broker.cleaning import Offload, clean_with_store
 from kafscale.compaction.cleaner import Job, Outcome
 from kafscale.config import BrokerConfig
@@ -20,8 +21,6 @@ from kafscale.storage.object_store import ObjectStore
 
 @ray.remote(num_cpus=1, max_retries=0)  # a pass retried is the next round's business, with a fresh job
 def _clean(job: Job, config: dict[str, Any]) -> Outcome:
-    from kafscale.actors.shard_actor import open_object_store  # the actor module imports this one
-
     store = open_object_store(BrokerConfig(**config))
     try:
         return clean_with_store(job, store)

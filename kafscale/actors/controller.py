@@ -37,8 +37,8 @@ import ray
 
 from kafscale.actors import planned_moves
 from kafscale.actors.scaler import Scaler
-from kafscale.actors.shard_actor import open_metadata_store
 from kafscale.actors.shard_actors import ShardActors
+from kafscale.actors.stores import open_metadata_store
 from kafscale.cluster import keys
 from kafscale.cluster import placement_store as store
 from kafscale.cluster.assign import Move, Node, heal, plan_shards

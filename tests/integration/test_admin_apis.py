@@ -81,10 +81,10 @@ def test_confluent_admin_lifecycle(broker_embedded: Cluster) -> None:
     assert configs["max.message.bytes"].is_default and configs["retention.bytes"].is_default
 
     # Unsupported config: INVALID_CONFIG with a message naming it.
-    res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"cleanup.policy": "compact"})
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"min.insync.replicas": "2"})
     with pytest.raises(KafkaException) as err:
         admin.alter_configs([res])[res].result(20)
-    assert err.value.args[0].code() == ErrorCode.invalid_config and "cleanup.policy" in err.value.args[0].str()
+    assert err.value.args[0].code() == ErrorCode.invalid_config and "min.insync.replicas" in err.value.args[0].str()
 
     # Partitions: additive; data already in partition 0 is untouched.
     _produce(broker_embedded, topic, 3)

@@ -215,7 +215,7 @@ def test_create_topics_twice_through_a_client(broker: Cluster) -> None:
 
 @pytest.mark.parametrize("configs", [
     {"no.such.config": "1"},
-    {"cleanup.policy": "compact"},  # a real Kafka config this broker does not implement
+    {"min.insync.replicas": "2"},  # a real Kafka config this broker does not implement
     {"retention.ms": "soon"},  # a supported config with a value that does not parse
     {"retention.ms": None},
 ])

@@ -36,7 +36,7 @@ def refusal(partition: str, buf: bytearray, batches: list[tuple[int, BatchHeader
             return AppendOutcome(ErrorCode.invalid_record, message="control batches come from the broker only")
         if h.is_transactional and h.producer_id < 0:
             return AppendOutcome(ErrorCode.invalid_record, message="a transactional batch needs a producer id")
-    if "compact" in str(configs.get("cleanup.policy", "")).split(","):
+    if "compact" in topic_configs.policies(configs):
         refused = _keyless(partition, buf, batches)
         if refused is not None:
             return refused

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.broker.partition_owner import FencedError
 from kafscale.broker.results import DeleteRecordsResult
+from kafscale.cluster import topic_configs
 from kafscale.cluster.records import SegmentMeta
 from kafscale.storage import keys as object_keys
 
@@ -83,7 +84,7 @@ async def truncate(owner: PartitionOwner, offset: int) -> int:
 async def enforce(owner: PartitionOwner, now_ms: int | None = None) -> int:
     """Apply the topic's retention to one owner; returns the log start offset afterwards."""
     configs = owner.topic_config()
-    if "delete" not in str(configs.get("cleanup.policy", "delete")).split(","):
+    if "delete" not in topic_configs.policies(configs):
         return owner.log_start_offset  # compact only (or no policy): nothing expires, as in Kafka
     start = retention_start(owner.segments, owner.log_start_offset, int(configs.get("retention.ms", 604800000)),
                             int(configs.get("retention.bytes", -1)),

@@ -84,6 +84,11 @@ UNSUPPORTED = frozenset({
 })  # fmt: skip
 
 
+def policies(configs: dict[str, object]) -> list[str]:
+    """A topic's cleanup.policy items ("delete", "compact", both or none)."""
+    return _items(str(configs.get("cleanup.policy", DEFAULTS["cleanup.policy"])))
+
+
 def _items(value: str) -> list[str]:
     """A LIST value as Kafka splits it: trimmed, commas with any whitespace around them; '' is no items."""
     text = value.strip()

@@ -34,17 +34,11 @@ class KeyMap:
         free = self.capacity - len(self._latest)
         return len(keys) <= free or sum(_slot(k) not in self._latest for k in keys) <= free
 
-    def put(self, key: bytes, offset: int) -> None:
-        self._latest[_slot(key)] = offset
-
     def put_all(self, pairs: list[tuple[bytes, int]]) -> None:
         latest = self._latest
         for key, offset in pairs:  # inlined _slot: this runs once per record of the dirty log
             latest[key if len(key) <= _DIGEST else blake2b(key, digest_size=_DIGEST).digest()] = offset
 
-    def latest(self, key: bytes) -> int | None:
-        return self._latest.get(_slot(key))
-
     def lookup(self, key: bytes) -> int | None:
-        """latest(), for the loop that asks it of every record of the log."""
-        return self._latest.get(key if len(key) <= _DIGEST else blake2b(key, digest_size=_DIGEST).digest())
+        """The key's latest offset, or None; asked of every record of the log."""
+        return self._latest.get(_slot(key))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafscale.cluster.records import SegmentMeta
-from kafscale.cluster.topic_configs import DEFAULTS
+from kafscale.cluster.topic_configs import DEFAULTS, policies
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class CompactionConfig:
         def get(name: str) -> str:
             return str(configs.get(name, DEFAULTS[name]))
 
-        return cls("compact" in get("cleanup.policy").split(","), float(get("min.cleanable.dirty.ratio")),
+        return cls("compact" in policies(dict(configs)), float(get("min.cleanable.dirty.ratio")),
                    int(get("min.compaction.lag.ms")), int(get("max.compaction.lag.ms")),
                    int(get("delete.retention.ms")), int(configs.get("segment.bytes", segment_bytes)))
 

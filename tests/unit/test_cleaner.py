@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafscale.cluster.records import AbortedTxn, SegmentMeta
 from kafscale.compaction.cleaner import Job, Outcome, clean
@@ -176,3 +178,58 @@ def test_a_group_with_nothing_left_keeps_its_span_as_one_emptied_batch() -> None
     assert [(h.base_offset, h.last_offset, h.record_count, h.compression, h.is_transactional, h.producer_id)
             for h in emptied] == [(0, 0, 0, 0, False, -1), (1, 2, 0, 0, False, 5)]
     assert log.rows() == [(3, b"a", b"a2", NOW - DAY)]
+
+
+_KEYS = [None, b"", b"a", b"b", b"c" * 16, b"long key number one, past a digest", b"long key number two, past a digest"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(_KEYS), st.one_of(st.none(), st.binary(max_size=6)),
+                                   st.booleans()), min_size=1, max_size=3),
+                min_size=1, max_size=12),
+       st.lists(st.sampled_from([0, 1, 2, 3, 4]), min_size=12, max_size=12),
+       st.lists(st.integers(1, 4), min_size=12, max_size=12),
+       st.integers(3, 8), st.integers(1, 4096))
+def test_passes_keep_exactly_each_keys_latest_record_as_it_was_stored(
+        batches: list[list[tuple[bytes | None, bytes | None, bool]]], codecs: list[int], per_segment: list[int],
+        map_entries: int, segment_bytes: int) -> None:
+    """Whatever the codecs, segments, key map size (so passes) and group size: once passes have covered the log,
+    what is left is each key's latest record (a tombstone too, before its horizon), at its offset, with its
+    timestamp and headers; nothing without a key."""
+    log = Log()
+    specs = [BatchSpec(codecs[i], False, -1, -1, -1,
+                       tuple(Record(NOW - DAY + 10 * i + j, k, v, (("h", b"x"),) if header else ())
+                             for j, (k, v, header) in enumerate(rows)))
+             for i, rows in enumerate(batches)]
+    expected: dict[bytes, tuple[int, bytes | None, int, tuple[tuple[str, bytes], ...]]] = {}
+    offset, i = 0, 0
+    for n in per_segment:
+        chunk = specs[i : i + n]
+        if not chunk:
+            break
+        for spec in chunk:
+            for r in spec.records:
+                if r.key is not None:
+                    expected[r.key] = (offset, r.value, r.timestamp, r.headers)
+                offset += 1
+        log.segment(*[build_batch(spec) for spec in chunk])
+        i += n
+    if i < len(specs):
+        log.segment(*[build_batch(spec) for spec in specs[i:]])
+        for spec in specs[i:]:
+            for r in spec.records:
+                if r.key is not None:
+                    expected[r.key] = (offset, r.value, r.timestamp, r.headers)
+                offset += 1
+    dirty, cleaning = 0, 1
+    while dirty < offset:
+        dirty = log.clean(first_dirty=dirty, map_entries=map_entries, segment_bytes=segment_bytes,
+                          cleaning=cleaning).cleaned_to
+        cleaning += 1
+    left = []
+    for meta in log.segments:
+        reader = SegmentReader(log.read(meta))
+        for pos, h in reader.batches():
+            left += [(r.offset, r.key, r.value, r.timestamp, tuple(r.headers))
+                     for r in decode(reader.batch_bytes(pos, h))]
+    assert left == sorted((o, k, v, ts, hs) for k, (o, v, ts, hs) in expected.items())

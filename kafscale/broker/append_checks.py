@@ -4,14 +4,18 @@ one bad batch (or record) refuses the whole request for the partition, with Kafk
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kafscale.cluster import topic_configs
-from kafscale.compaction.records import keyless
-from kafscale.storage.batch import BatchHeader, InvalidBatchError, client_batch_problem
+from kafscale.compaction.records import decoded, keyless
+from kafscale.storage.batch import BatchHeader, CorruptSegmentError, InvalidBatchError, client_batch_problem
+
+_AFTER_DEFAULT = int(topic_configs.DEFAULTS["message.timestamp.after.max.ms"])
+_BEFORE_DEFAULT = int(topic_configs.DEFAULTS["message.timestamp.before.max.ms"])
 
 
 @dataclass(slots=True)
@@ -40,12 +44,44 @@ def refusal(partition: str, buf: bytearray, batches: list[tuple[int, BatchHeader
         refused = _keyless(partition, buf, batches)
         if refused is not None:
             return refused
+    if configs.get("message.timestamp.type", "CreateTime") == "CreateTime":
+        refused = _out_of_time(buf, batches, configs)
+        if refused is not None:
+            return refused
     # A topic that does not set it has Kafka's default (message.max.bytes), which bounds batches just the same.
     max_bytes = int(configs.get("max.message.bytes", topic_configs.DEFAULTS["max.message.bytes"]))
     for _, h in batches:
         if h.size > max_bytes:
             return AppendOutcome(ErrorCode.message_too_large,
                                  message=f"batch of {h.size} bytes exceeds max.message.bytes")
+    return None
+
+
+def _out_of_time(buf: bytearray, batches: list[tuple[int, BatchHeader]],
+                 configs: dict[str, Any]) -> AppendOutcome | None:
+    """A CreateTime record stamped beyond message.timestamp.after.max.ms ahead of the broker's clock, or
+    message.timestamp.before.max.ms behind it: INVALID_TIMESTAMP naming each, as Kafka's LogValidator answers.
+    A batch's maxTimestamp decides whether its records are read at all (the later bound is the one set by
+    default); the earlier bound, when a topic sets one, reads every record."""
+    after = int(configs.get("message.timestamp.after.max.ms", _AFTER_DEFAULT))
+    before = int(configs.get("message.timestamp.before.max.ms", _BEFORE_DEFAULT))
+    now = int(time.time() * 1000)
+    low, high = max(now - before, -(2**63)), min(now + after, 2**63 - 1)
+    for pos, h in batches:
+        if h.max_timestamp <= high and before == _BEFORE_DEFAULT:
+            continue
+        try:
+            stamps = [r.timestamp for r in decoded(buf[pos : pos + h.size], h)]
+        except CorruptSegmentError as e:  # records that do not parse
+            return AppendOutcome(ErrorCode.invalid_record, message=str(e))
+        errors = [(j, f"Timestamp {ts} of message with offset {j} is out of range. The timestamp should be within "
+                      f"[{low}, {high}]") for j, ts in enumerate(stamps) if ts != -1 and not low <= ts <= high]
+        if errors:
+            shown = ", ".join(f"RecordError(batchIndex={j}, message='{m}')" for j, m in errors[:3])
+            return AppendOutcome(ErrorCode.invalid_timestamp, record_errors=tuple(errors),
+                                 message=f"One or more records have been rejected due to {len(errors)} record "
+                                         f"errors in total, and only showing the first three errors at most: "
+                                         f"[{shown}]")
     return None
 
 

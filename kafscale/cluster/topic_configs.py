@@ -31,6 +31,9 @@ DEFAULTS: dict[str, str] = {
     "max.compaction.lag.ms": str(2**63 - 1),
     "segment.ms": "604800000",
     "message.timestamp.type": "CreateTime",
+    # How far a CreateTime record's timestamp may be ahead of (after) or behind (before) the broker's clock.
+    "message.timestamp.after.max.ms": "3600000",
+    "message.timestamp.before.max.ms": str(2**63 - 1),
     "max.message.bytes": "1048588",
 }
 
@@ -63,6 +66,8 @@ SPECS: dict[str, Spec] = {
     "max.compaction.lag.ms": Spec("LONG", minimum=1),
     "segment.ms": Spec("LONG", minimum=1),
     "message.timestamp.type": Spec("STRING", allowed=("CreateTime", "LogAppendTime")),
+    "message.timestamp.after.max.ms": Spec("LONG", minimum=0),
+    "message.timestamp.before.max.ms": Spec("LONG", minimum=0),
     "max.message.bytes": Spec("INT", minimum=0),
     # The partitions clients see over the physical ones (kafscale.cluster.virtual); Kafscale's own.
     VIRTUAL_PARTITIONS: Spec("INT", minimum=1),
@@ -71,13 +76,12 @@ SPECS: dict[str, Spec] = {
 # Apache Kafka 4.4's topic configs that Kafscale refuses: replication (min.insync.replicas, unclean election,
 # replication throttles), the local log files and their flushing (segments here are objects, flushed by
 # `--flush-interval-ms`), tiered storage (all data is in the object store already), per-codec compression levels,
-# the dead letter queue of streams groups and record timestamp bounds.
+# the dead letter queue of streams groups.
 UNSUPPORTED = frozenset({
     "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     "errors.deadletterqueue.group.enable", "file.delete.delay.ms", "flush.messages", "flush.ms",
     "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms", "max.decompressed.message.bytes",
-    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms",
     "min.insync.replicas", "preallocate", "remote.copy.lag.bytes", "remote.copy.lag.ms",
     "remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable", "segment.index.bytes",
     "segment.jitter.ms", "unclean.leader.election.enable",

@@ -380,12 +380,6 @@ def test_versions_a_broker_does_not_serve(peers: Peers) -> None:
         k: v for k, v in got["kafka"].items() if k != "api-versions-99"}
 
 
-# ------------------------------------------------------------------------------------- not fixed yet
-
-
-@pytest.mark.xfail(strict=True, reason="not fixed yet: Kafscale's produce path does not apply Kafka 4's "
-                                       "message.timestamp.after.max.ms (one hour by default); see the report of "
-                                       "issue 32, the produce path's owners decide")
 def test_a_record_timestamp_more_than_an_hour_ahead(peers: Peers, topic: str) -> None:
     """Kafka 4 refuses a CreateTime record stamped more than message.timestamp.after.max.ms (an hour) ahead of its
     clock with INVALID_TIMESTAMP; a record of 1970 is fine (message.timestamp.before.max.ms is unbounded)."""
@@ -395,4 +389,21 @@ def test_a_record_timestamp_more_than_an_hour_ahead(peers: Peers, topic: str) ->
         ahead = int(time.time() * 1000) + 2 * 3600 * 1000
         got[peer.name] = [code(peer.produce(topic, 0, batch([(b"k", b"v", ts)])).error_code) for ts in (ahead, 5)]
     assert got["kafka"] == ["INVALID_TIMESTAMP", "NONE"]
+    assert got["kafscale"] == got["kafka"]
+
+
+def test_record_timestamp_bounds_a_topic_sets(peers: Peers, topic: str) -> None:
+    """message.timestamp.before.max.ms set: a record stamped further back is refused, each bad record named in the
+    answer's record errors; a LogAppendTime topic takes any timestamp (the broker stamps its own)."""
+    got = {}
+    for peer in peers:
+        peer.create_ready(topic, 1, {"message.timestamp.before.max.ms": "3600000"})
+        peer.create_ready(f"{topic}-append", 1, {"message.timestamp.type": "LogAppendTime",
+                                                 "message.timestamp.after.max.ms": "0"})
+        now = int(time.time() * 1000)
+        answers = [peer.produce(topic, 0, batch([(b"k", b"v", now), (b"k", b"v", 5), (b"k", b"v", 6)])),
+                   peer.produce(topic, 0, batch([(b"k", b"v", now)])),
+                   peer.produce(f"{topic}-append", 0, batch([(b"k", b"v", now + 2 * 3600 * 1000)]))]
+        got[peer.name] = [(code(a.error_code), [int(e.batch_index) for e in a.record_errors]) for a in answers]
+    assert got["kafka"] == [("INVALID_TIMESTAMP", [1, 2]), ("NONE", []), ("NONE", [])]
     assert got["kafscale"] == got["kafka"]

@@ -52,6 +52,10 @@ TOPIC_CONFIGS: dict[str, tuple[str, int, str]] = {
                    "Accepted for compatibility: every flush closes a segment, so cleaning never waits for a roll."),
     "message.timestamp.type": ("log.message.timestamp.type", TYPE_STRING,
                                "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's."),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms", TYPE_LONG,
+                                       "A CreateTime record stamped further ahead of the broker's clock is refused."),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms", TYPE_LONG,
+                                        "A CreateTime record stamped further behind the broker's clock is refused."),
     "max.message.bytes": ("message.max.bytes", TYPE_INT, "Largest record batch accepted."),
     topic_configs.VIRTUAL_PARTITIONS: (topic_configs.VIRTUAL_PARTITIONS, TYPE_INT,
                                        "The partitions clients see, over the topic's physical partitions; set at "

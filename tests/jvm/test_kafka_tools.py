@@ -382,3 +382,21 @@ def test_transactions_command_lists_describes_finds_and_aborts_a_hanging_transac
         assert not re.search(rf"^{re.escape(topic)}\s+1\s",
                              run("find-hanging", "--broker-id", str(jvm_broker.node_id)), re.M)
         assert txn.end(False) == "NONE"
+
+
+def test_console_consumer_reads_what_the_broker_compressed(tools: Tools, jvm_broker: JvmBroker,
+                                                           admin: AdminClient) -> None:
+    """A topic's compression.type makes the broker compress what producers sent uncompressed: Kafka's Java client
+    reads the broker's frames of every codec (lz4's in linked 64 KiB blocks, snappy's raw, as cramjam writes them)."""
+    b, prefix = jvm_broker.at("PLAINTEXT"), unique_topic("tool-codec")
+    producer = Producer({**jvm_broker.plaintext(), "compression.type": "none", "linger.ms": 200})
+    for codec in ("lz4", "zstd", "snappy", "gzip"):
+        create(admin, f"{prefix}-{codec}", config={"compression.type": codec})
+        for i in range(300):  # one batch of about 160 KiB: several lz4 blocks
+            producer.produce(f"{prefix}-{codec}", value=f"{codec} {i} ".encode() + b"0123456789abcdef" * 32)
+    assert producer.flush(30) == 0
+    read = tools.run(CONSOLE_CONSUMER, "--bootstrap-server", b, "--include", f"{prefix}-.*", "--from-beginning",
+                     "--max-messages", "1200", "--timeout-ms", "60000").check()
+    assert "Processed a total of 1200 messages" in read.stderr, read.describe()
+    assert sorted(line.split()[0] for line in read.stdout.splitlines()) == sorted(
+        [c for c in ("gzip", "lz4", "snappy", "zstd") for _ in range(300)])

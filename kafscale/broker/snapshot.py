@@ -9,7 +9,10 @@ objects share the prefix).
 Restoring writes the newest snapshot into an empty store, then rolls each partition forward from the segments
 in the object store: what was committed after the snapshot is found by following the segments from the
 snapshot's end offset (the segment at that base, then at the next base, ...). Where a base has several objects
-(a dead owner's upload and its successor's `-e{epoch}` key), the highest epoch is the one a later owner wrote.
+(a dead owner's upload and its successor's `-e{epoch}` key, or the segments a cleaning replaced and its
+`-e{epoch}-c{pass}` one), the run that reaches furthest wins, then the highest epoch, then the latest cleaning.
+The batches are replayed as their appends were: producers' sequences, and transactions opened by data batches
+and ended by markers, an abort's range going back into the aborted-transaction index of its marker's segment.
 Owner epochs are raised past every epoch seen in the keys, so new owners never reuse an object key, and
 offsets continue after the last segment found, so no offset is reused.
 
@@ -21,6 +24,7 @@ not in the object store and are lost.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -33,14 +37,16 @@ import msgpack
 
 from kafscale.broker.packed import PackedSegment, last_offset, packed_segments, virtual_layout
 from kafscale.broker.producer_state import ProducerEntry, ProducerStates
+from kafscale.broker.txn_state import PartitionTxns
 from kafscale.cluster import keys
 from kafscale.cluster.ids import FIRST_PRODUCER_ID
 from kafscale.cluster.placement import spread
-from kafscale.cluster.records import SegmentMeta
+from kafscale.cluster.records import AbortedTxn, SegmentMeta
 from kafscale.cluster.topic_configs import VIRTUAL_PARTITIONS
 from kafscale.cluster.topics import TopicInfo
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
+from kafscale.storage.control import marker_of
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Delete, MetadataStore, Op, Put
 from kafscale.storage.object_store import ObjectInfo
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, SegmentReader, parse_segment_footer
@@ -210,39 +216,40 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
                         packed: list[PackedSegment] | None = None) -> tuple[int, int]:
     """Bring one partition's state up to the segments in the object store (known: the snapshot's keys of this
     partition; packed: a virtual partition's segments in packs); returns the segments added, and the highest
-    producer id in them (-1: none). A segment is (base, (owner epoch, pack name)): a plain one's pack name is ""
-    and its epoch the key's (0 for the plain key)."""
+    producer id in them (-1: none). A segment is (base, (owner epoch, cleaning pass, pack name)): a plain one's
+    pack name is "", its epoch and pass the key's (0 for the plain key); a packed one's are 0."""
     known = known or {}
-    in_packs = {(s.lane.base, (s.lane.epoch, s.name)): s for s in packed or ()}
-    pairs: dict[tuple[int, int], set[str]] = defaultdict(set)
-    sizes: dict[tuple[int, int], int] = {}
+    in_packs = {(s.lane.base, (s.lane.epoch, 0, s.name)): s for s in packed or ()}
+    pairs: dict[tuple[int, int, int], set[str]] = defaultdict(set)
+    sizes: dict[tuple[int, int, int], int] = {}
     for o in await objects.list(object_keys.partition_prefix(namespace, topic, partition)):
         parsed = object_keys.parse_segment_key(o.key)
         if parsed is None or (parsed.namespace, parsed.topic, parsed.partition) != (namespace, topic, partition):
             continue  # another namespace nested under this one, or not a segment
-        pairs[(parsed.base_offset, parsed.epoch)].add(parsed.kind)
+        at = (parsed.base_offset, parsed.epoch, parsed.cleaning)
+        pairs[at].add(parsed.kind)
         if parsed.kind == "kfs":
-            sizes[(parsed.base_offset, parsed.epoch)] = o.size
-    whole = {pair for pair, kinds in pairs.items() if kinds == {"kfs", "index"}}  # a half upload acked nothing
-    # A record names a plain segment by its key epoch, a packed one by its pack (whose trailer has the epoch).
-    present = {(base, (epoch, "")) for base, epoch in whole} | {(base, (0, name)) for base, (_, name) in in_packs}
-    top_epoch = max([e for _, e in pairs] + [s.lane.epoch for s in packed or ()], default=0)
+            sizes[at] = o.size
+    whole = {at for at, kinds in pairs.items() if kinds == {"kfs", "index"}}  # a half upload acked nothing
+    # A record names a plain segment by its key epoch and pass, a packed one by its pack (whose trailer has the
+    # epoch).
+    present = {(base, (epoch, cleaning, "")) for base, epoch, cleaning in whole} | {
+        (base, (0, 0, name)) for base, (_, _, name) in in_packs}
+    top_epoch = max([e for _, e, _ in pairs] + [s.lane.epoch for s in packed or ()], default=0)
     ops: list[Op] = []
     segments = sorted((v for k, v in known.items() if k.startswith(keys.segments(topic, partition))),
                       key=lambda v: v["base"])
-    # The snapshot's segments whose objects retention deleted since: gone from the front of the log.
+    # The snapshot's segments whose objects retention (or a cleaning's swap) deleted since: gone from the front.
     gone = 0
-    while gone < len(segments) and (segments[gone]["base"], (0 if segments[gone].get("pack") else
-                                                             segments[gone].get("key_epoch", 0),
-                                                             segments[gone].get("pack", ""))) not in present:
+    while gone < len(segments) and (segments[gone]["base"], _variant_of(segments[gone])) not in present:
         ops.append(Delete(keys.segment(topic, partition, segments[gone]["base"])))
         gone += 1
     if state is None:  # a rebuild: the log starts where the longest run of segments does
         state = {"next_offset": 0, "log_start_offset": 0, "epoch": 0}
     start = int(state["next_offset"])
-    lasts = {(base, (epoch, "")): await _last_offset(objects, namespace, topic, partition, (base, epoch),
-                                                     sizes[(base, epoch)])
-             for base, epoch in whole if base >= start}
+    lasts = {(base, (epoch, cleaning, "")): await _last_offset(objects, namespace, topic, partition,
+                                                                (base, epoch, cleaning), sizes[(base, epoch, cleaning)])
+             for base, epoch, cleaning in whole if base >= start}
     lasts.update({at: await last_offset(objects, s) for at, s in in_packs.items() if at[0] >= start})
     chain = _longest_chain(lasts, start)
     log_start = int(state.get("log_start_offset", 0))
@@ -253,20 +260,24 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
     producers, touched = ProducerStates(), set()
     producers.entries = {int(k.rsplit("/", 1)[1]): ProducerEntry.from_value(v) for k, v in known.items()
                          if k.startswith(keys.producers(topic, partition))}
+    txns = PartitionTxns()  # the transactions open at the snapshot, then as the segments open and end them
+    for pid, entry in producers.entries.items():
+        if entry.txn_first >= 0:
+            txns.began(pid, entry.txn_first)
     end = start
-    for base, (epoch, pack) in chain:
+    for base, (epoch, cleaning, pack) in chain:
         if pack:
-            s = in_packs[(base, (epoch, pack))]
-            reader = SegmentReader(await objects.get_range(s.key, s.lane.position, s.lane.size), key=s.key)
-            meta_value = SegmentMeta.from_info(reader.info, 0, pack, s.lane.position, s.lane.index_size)
+            s = in_packs[(base, (epoch, cleaning, pack))]
+            data = await objects.get_range(s.key, s.lane.position, s.lane.size)
+            reader = SegmentReader(data, key=s.key)
+            aborted = _replay(reader, producers, txns, touched)
+            meta_value = SegmentMeta.from_info(reader.info, 0, pack, s.lane.position, s.lane.index_size, aborted)
         else:
-            key = object_keys.segment_key(namespace, topic, partition, base, epoch)
+            key = object_keys.segment_key(namespace, topic, partition, base, epoch, cleaning)
             reader = SegmentReader(await objects.get(key), key=key)
-            meta_value = SegmentMeta.from_info(reader.info, epoch)
-        for _, header in reader.batches():  # idempotent producers' sequences, as the commits recorded them
-            if header.producer_id >= 0:
-                producers.record(header, header.base_offset)
-                touched.add(header.producer_id)
+            aborted = _replay(reader, producers, txns, touched)
+            meta_value = dataclasses.replace(SegmentMeta.from_info(reader.info, epoch, aborted=aborted),
+                                             cleaned=cleaning)
         ops.append(Put(keys.segment(topic, partition, base), meta_value.to_value()))
         end = reader.info.last_offset + 1
     ops += [Put(keys.producer(topic, partition, pid), producers.entries[pid].to_value()) for pid in sorted(touched)]
@@ -281,7 +292,40 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
     return len(chain), max(touched, default=-1)
 
 
-Variant = tuple[int, str]  # (key epoch, pack name): which object holds a segment at a base
+def _variant_of(segment: dict[str, Any]) -> Variant:
+    """Which object a segment record names (see `_roll_forward`)."""
+    if segment.get("pack"):
+        return (0, 0, segment["pack"])
+    return (int(segment.get("key_epoch", 0)), int(segment.get("cleaned", 0)), "")
+
+
+def _replay(reader: SegmentReader, producers: ProducerStates, txns: PartitionTxns,
+            touched: set[int]) -> tuple[AbortedTxn, ...]:
+    """What a segment's batches did to the producers and the open transactions, as their appends did it: data
+    batches record idempotent producers' sequences and open transactions, markers end them. Returns the
+    transactions the segment's markers aborted (the segment record's aborted-transaction index)."""
+    aborted = []
+    for pos, header in reader.batches():
+        if header.producer_id < 0:
+            continue
+        touched.add(header.producer_id)
+        if header.is_control:
+            marker = marker_of(reader.batch_bytes(pos, header), 0, header)
+            producers.end_txn(header.producer_id, header.producer_epoch, marker.coordinator_epoch,
+                              header.max_timestamp)
+            ended = txns.ended(header.producer_id, header.base_offset, marker.commit)
+            if ended is not None:
+                aborted.append(ended)
+            continue
+        entry = producers.record(header, header.base_offset)
+        if header.is_transactional:
+            txns.began(header.producer_id, header.base_offset)
+            if entry.txn_first < 0:
+                entry.txn_first = header.base_offset
+    return tuple(aborted)
+
+
+Variant = tuple[int, int, str]  # (key epoch, cleaning pass, pack name): which object holds a segment at a base
 
 
 def _longest_chain(lasts: dict[tuple[int, Variant], int], start: int) -> list[tuple[int, Variant]]:
@@ -289,7 +333,8 @@ def _longest_chain(lasts: dict[tuple[int, Variant], int], start: int) -> list[tu
     lowest base whose run reaches furthest (retention may have removed the front). At each base the object whose
     run reaches furthest wins: an uncommitted leftover (a fenced owner's upload) ends its run where its commit
     failed, while the committed segments go on. Equal runs go to the highest variant: the highest owner epoch,
-    written last (packs record the epoch of each lane's writer)."""
+    written last (packs record the epoch of each lane's writer), and of one epoch the latest cleaning: a cleaned
+    segment spans exactly the segments it replaced."""
     by_base: dict[int, list[tuple[Variant, int]]] = defaultdict(list)
     for (base, variant), last in lasts.items():
         by_base[base].append((variant, last))
@@ -310,7 +355,7 @@ def _longest_chain(lasts: dict[tuple[int, Variant], int], start: int) -> list[tu
 
 
 async def _last_offset(objects: AsyncObjectStore, namespace: str, topic: str, partition: int,
-                       pair: tuple[int, int], size: int) -> int:
+                       pair: tuple[int, int, int], size: int) -> int:
     key = object_keys.segment_key(namespace, topic, partition, *pair)
     tail = await objects.get_range(key, size - SEGMENT_FOOTER_SIZE, SEGMENT_FOOTER_SIZE)
     return parse_segment_footer(tail, key, object_size=size).last_offset

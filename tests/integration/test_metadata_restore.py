@@ -210,3 +210,88 @@ def stored_kinds(stores: Stores) -> set[str]:
         return {o.key.rsplit(".", 1)[1] for o in objects.list(f"default/{TOPIC}/")}
     finally:
         objects.close()
+
+
+def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> dict[int, bytes | None]:
+    """Partition 0 of `topic` from its log start to its end (offset -> value), as a consumer reads it."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+                         "isolation.level": isolation, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING: the log start, wherever it is
+    got: dict[int, bytes | None] = {}
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    return got
+                continue
+            got[m.offset()] = m.value()
+    finally:
+        consumer.close()
+    raise AssertionError(f"{topic} not read to its end in 30 s: {len(got)} records")
+
+
+def test_a_rebuild_after_cleanings_and_transactions(stores: Stores, capsys: pytest.CaptureFixture[str]) -> None:
+    """Segments a cleaning wrote (keys ending -c{pass}) stand for the ones they replaced, which the janitor has
+    deleted; aborted transactions stay hidden from read_committed consumers, and producers' sequences carry on."""
+    config = BrokerConfig(metrics_listen="", flush_interval_ms=20, log_cleaner_backoff_ms=300,
+                          janitor_interval_s=1, orphan_grace_s=0)
+    broker = InProcessBroker(config, meta=lambda: EtcdStore(stores.etcd.endpoint, prefix=stores.prefix),
+                             objects=lambda: stores.seaweed.store(stores.bucket, create_bucket=False))
+    with broker as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        for f in admin.create_topics([NewTopic("kv", 1, config={"cleanup.policy": "compact",
+                                                               "min.cleanable.dirty.ratio": "0.01"}),
+                                      NewTopic("tx", 1)]).values():
+            f.result(30)
+        producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5})
+        for version in range(4):
+            for k in range(20):
+                producer.produce("kv", key=b"k%d" % k, value=b"v%d-%d" % (k, version))
+            assert producer.flush(30) == 0  # a segment each
+        txn = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "drill-txn"})
+        txn.init_transactions(30)
+        for outcome, n in (("commit", 3), ("abort", 4), ("commit", 5)):
+            txn.begin_transaction()
+            for i in range(n):
+                txn.produce("tx", value=f"{outcome}-{i}".encode())
+            assert txn.flush(30) == 0  # in the log, also those of the transaction to abort
+            txn.commit_transaction(30) if outcome == "commit" else txn.abort_transaction(30)
+
+        def cleaned_alone() -> bool:  # compacted, and the replaced objects gone
+            keys = [k for k in stored_keys(stores, "kv/0/") if k.endswith(".kfs")]
+            return any("-c" in k for k in keys) and len(keys) <= 2
+        deadline = time.monotonic() + 60
+        while not cleaned_alone():
+            assert time.monotonic() < deadline, f"no cleaning, or its leftovers stayed: {stored_keys(stores, 'kv/')}"
+            time.sleep(0.3)
+        kv, tx = read_topic(b.bootstrap, "kv"), read_topic(b.bootstrap, "tx")
+        assert len(read_topic(b.bootstrap, "tx", "read_uncommitted")) == 12
+    assert sorted(kv.values()) == sorted(b"v%d-3" % k for k in range(20))  # only the latest of each key
+    assert sorted(tx.values()) == sorted([f"commit-{i}".encode() for i in range(3)] +
+                                         [f"commit-{i}".encode() for i in range(5)])
+    stores.wipe()
+    stores.cli("rebuild", capsys)
+
+    with stores.broker() as b:
+        assert read_topic(b.bootstrap, "kv") == kv
+        assert read_topic(b.bootstrap, "tx") == tx  # the aborted records stay hidden
+        assert len(read_topic(b.bootstrap, "tx", "read_uncommitted")) == 12
+        txn = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "drill-txn"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        txn.produce("tx", value=b"after")
+        txn.commit_transaction(30)
+        after = read_topic(b.bootstrap, "tx")
+        assert after[max(after)] == b"after" and max(after) > max(tx)
+
+
+def stored_keys(stores: Stores, prefix: str) -> list[str]:
+    objects = stores.seaweed.store(stores.bucket, create_bucket=False)
+    try:
+        return [o.key for o in objects.list(f"default/{prefix}")]
+    finally:
+        objects.close()

@@ -82,9 +82,13 @@ def test_a_rebuild_starts_where_the_longest_run_does_past_stray_objects(tmp_path
     assert got["state"] == {"next_offset": 20, "log_start_offset": 5, "epoch": 4}
 
 
-def test_equal_runs_go_to_the_highest_epoch() -> None:
-    assert _longest_chain({(0, 0): 9, (0, 3): 9}, 0) == [(0, 3)]
+def test_equal_runs_go_to_the_highest_epoch_then_the_latest_cleaning() -> None:
+    assert _longest_chain({(0, (0, 0, "")): 9, (0, (3, 0, "")): 9}, 0) == [(0, (3, 0, ""))]
     assert _longest_chain({}, 7) == []
+    # A cleaning's segment spans the two it replaced: it wins over them while the janitor has not deleted them.
+    flushed = {(0, (1, 0, "")): 4, (5, (1, 0, "")): 9, (10, (2, 0, "")): 12}
+    assert _longest_chain(flushed | {(0, (1, 1, "")): 9}, 0) == [(0, (1, 1, "")), (10, (2, 0, ""))]
+    assert _longest_chain(flushed | {(0, (1, 1, "")): 9, (0, (1, 2, "")): 12}, 0) == [(0, (1, 2, ""))]
 
 
 def test_of_two_packed_segments_reaching_as_far_the_later_owners_wins(tmp_path: Path) -> None:

@@ -177,6 +177,11 @@ class BrokerConfig:
         "help": "longest transaction timeout InitProducerId may ask for (else INVALID_TRANSACTION_TIMEOUT)"})
     transactional_id_expiration_ms: int = field(default=604_800_000, metadata={
         "help": "a transactional id idle this long (no transaction open) is forgotten"})
+    producer_id_expiration_ms: int = field(default=86_400_000, metadata={
+        "help": "a producer's state in a partition is forgotten once its last batch is this old (no transaction "
+                "open there; Kafka's producer.id.expiration.ms)"})
+    producer_id_expiration_check_interval_ms: int = field(default=600_000, metadata={
+        "help": "how often each shard looks for such producers"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
     log_json: bool = field(default=False, metadata={"help": "structured JSON logs"})
 
@@ -300,6 +305,9 @@ class BrokerConfig:
             raise ConfigError("metadata_snapshot_interval_s must not be negative, metadata_snapshots_kept at least 1")
         if self.log_cleaner_backoff_ms <= 0 or self.compaction_map_entries <= 0:
             raise ConfigError("log_cleaner_backoff_ms and compaction_map_entries must be positive")
+        if self.producer_id_expiration_ms <= 0 or self.producer_id_expiration_check_interval_ms <= 0:
+            raise ConfigError("producer_id_expiration_ms and producer_id_expiration_check_interval_ms must be "
+                              "positive")
         if self.janitor_interval_s < 0 or self.orphan_grace_s < 0:
             raise ConfigError("janitor_interval_s and orphan_grace_s must not be negative")
         if self.metadata_compaction_interval_s < 0 or self.metadata_history_s < 0:

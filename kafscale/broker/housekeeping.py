@@ -1,12 +1,13 @@
-"""A shard's periodic chores, each its own loop: retention, the log cleaner, the janitor, scheduled metadata
-snapshots. None of them is on the data path; each logs its failures and tries again at its next round."""
+"""A shard's periodic chores, each its own loop: retention, producer-id expiry, the log cleaner, the janitor,
+scheduled metadata snapshots. None of them is on the data path; each logs its failures and tries again at its next
+round."""
 
 from __future__ import annotations
 
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from kafscale.broker import cleaning, janitor, retention, snapshot
+from kafscale.broker import cleaning, janitor, producer_expiry, retention, snapshot
 
 if TYPE_CHECKING:
     from kafscale.broker.shard import ShardCore
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 def chores(core: ShardCore) -> list[Coroutine[Any, Any, None]]:
     config, owners = core.config, (lambda: core.owners.values())
     out = [retention.run(owners, config.retention_check_interval_ms / 1000),
+           producer_expiry.run(owners, config.producer_id_expiration_check_interval_ms / 1000,
+                               config.producer_id_expiration_ms),
            cleaning.run(owners, cleaning.CleanerSettings(config.log_cleaner_backoff_ms / 1000,
                                                          config.compaction_map_entries), core.offload,
                         core.metrics)]

@@ -384,6 +384,29 @@ class PartitionOwner:
                 self.txns.drop_below(to)
         return dropped
 
+    async def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget idle producers (ProducerStates.idle) durably, except those with batches not yet committed here;
+        returns their ids. A producer seen again later starts afresh, as in Kafka."""
+        async with self.state_lock:
+            if self.fenced:
+                return []
+            busy = {pid for p in (*self._sealed, self._open) for pid in p.producers}
+            idle = [pid for pid in self._producers.idle(now_ms, expiration_ms) if pid not in busy]
+            guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self.owner_revision)]
+            for i in range(0, len(idle), MAX_TXN_OPS - len(guard)):
+                chunk = idle[i : i + MAX_TXN_OPS - len(guard)]
+                ops: list[Any] = [Delete(keys.producer(self.topic, self.partition, pid)) for pid in chunk]
+                if not (await self.meta.txn(guard, ops)).succeeded:
+                    self.stop_writing()
+                    raise FencedError(f"producer expiry of {self.topic}-{self.partition} refused: epoch is stale")
+            # Appended to meanwhile: its next commit writes the entry again, so it stays.
+            still = set(self._producers.idle(now_ms, expiration_ms)) - {
+                pid for p in (*self._sealed, self._open) for pid in p.producers}
+            for pid in idle:
+                if pid in still:
+                    del self._producers.entries[pid]
+            return [pid for pid in idle if pid in still]
+
     def stop_writing(self) -> None:
         """This incarnation writes no more; its unanswered producers retry against the next owner."""
         self.fenced = True

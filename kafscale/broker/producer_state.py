@@ -133,6 +133,12 @@ class ProducerStates:
         ))
         return entry
 
+    def idle(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Producers with no open transaction here whose last batch or marker is expiration_ms old, judged as Kafka
+        judges them (producer.id.expiration.ms): by the timestamp the batch carried."""
+        return [pid for pid, e in self.entries.items()
+                if e.txn_first < 0 and now_ms - e.last_timestamp >= expiration_ms]
+
     def check_marker(self, producer_id: int, producer_epoch: int) -> ErrorCode | None:
         """A coordinator's marker carries the producer's current epoch or a newer one (it fenced the producer)."""
         entry = self.entries.get(producer_id)

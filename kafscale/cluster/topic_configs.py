@@ -9,6 +9,7 @@ refused by name; docs/compatibility.md lists them.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -88,9 +89,14 @@ UNSUPPORTED = frozenset({
 })  # fmt: skip
 
 
-def policies(configs: dict[str, object]) -> list[str]:
+def policies(configs: dict[str, object]) -> tuple[str, ...]:
     """A topic's cleanup.policy items ("delete", "compact", both or none)."""
-    return _items(str(configs.get("cleanup.policy", DEFAULTS["cleanup.policy"])))
+    return _policy_items(str(configs.get("cleanup.policy", DEFAULTS["cleanup.policy"])))
+
+
+@functools.lru_cache(maxsize=64)
+def _policy_items(value: str) -> tuple[str, ...]:
+    return tuple(_items(value))  # once per distinct value: the produce path asks on every request
 
 
 def _items(value: str) -> list[str]:

@@ -13,7 +13,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kafscale.actors.stores import open_object_store
-from kafscale.broker.cleaning import Offload, clean_with_store
+from kafscale.broker.cleaning import Offload, clean_at_low_priority
 from kafscale.compaction.cleaner import Job, Outcome
 from kafscale.config import BrokerConfig
 from kafscale.storage.object_store import ObjectStore
@@ -23,7 +23,7 @@ from kafscale.storage.object_store import ObjectStore
 def _clean(job: Job, config: dict[str, Any]) -> Outcome:
     store = open_object_store(BrokerConfig(**config))
     try:
-        return clean_with_store(job, store)
+        return clean_at_low_priority(job, store)
     finally:
         store.close()
 

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.cluster import topic_configs
 from kafscale.compaction.records import decoded, keyless
-from kafscale.storage.batch import BatchHeader, CorruptSegmentError, InvalidBatchError, client_batch_problem
+from kafscale.storage.batch import BatchHeader, InvalidBatchError, client_batch_problem
 
 _AFTER_DEFAULT = int(topic_configs.DEFAULTS["message.timestamp.after.max.ms"])
 _BEFORE_DEFAULT = int(topic_configs.DEFAULTS["message.timestamp.before.max.ms"])
@@ -40,14 +40,17 @@ def refusal(partition: str, buf: bytearray, batches: list[tuple[int, BatchHeader
             return AppendOutcome(ErrorCode.invalid_record, message="control batches come from the broker only")
         if h.is_transactional and h.producer_id < 0:
             return AppendOutcome(ErrorCode.invalid_record, message="a transactional batch needs a producer id")
-    if "compact" in topic_configs.policies(configs):
-        refused = _keyless(partition, buf, batches)
-        if refused is not None:
-            return refused
+    compacted = "compact" in topic_configs.policies(configs)
+    keyless = _keyless(partition, buf, batches) if compacted else None
+    # Kafka answers INVALID_TIMESTAMP when any record has a bad timestamp, naming the keyless records too.
     if configs.get("message.timestamp.type", "CreateTime") == "CreateTime":
         refused = _out_of_time(buf, batches, configs)
         if refused is not None:
+            if keyless is not None and refused.error == ErrorCode.invalid_timestamp:
+                refused.record_errors = tuple(sorted(refused.record_errors + keyless.record_errors))
             return refused
+    if keyless is not None:
+        return keyless
     # A topic that does not set it has Kafka's default (message.max.bytes), which bounds batches just the same.
     max_bytes = int(configs.get("max.message.bytes", topic_configs.DEFAULTS["max.message.bytes"]))
     for _, h in batches:
@@ -72,16 +75,13 @@ def _out_of_time(buf: bytearray, batches: list[tuple[int, BatchHeader]],
             continue
         try:
             stamps = [r.timestamp for r in decoded(buf[pos : pos + h.size], h)]
-        except CorruptSegmentError as e:  # records that do not parse
-            return AppendOutcome(ErrorCode.invalid_record, message=str(e))
+        except InvalidBatchError as e:  # records that do not parse
+            return AppendOutcome(ErrorCode(e.error_code), message=e.reason)
         errors = [(j, f"Timestamp {ts} of message with offset {j} is out of range. The timestamp should be within "
                       f"[{low}, {high}]") for j, ts in enumerate(stamps) if ts != -1 and not low <= ts <= high]
-        if errors:
-            shown = ", ".join(f"RecordError(batchIndex={j}, message='{m}')" for j, m in errors[:3])
+        if errors:  # worded as Kafka words it
             return AppendOutcome(ErrorCode.invalid_timestamp, record_errors=tuple(errors),
-                                 message=f"One or more records have been rejected due to {len(errors)} record "
-                                         f"errors in total, and only showing the first three errors at most: "
-                                         f"[{shown}]")
+                                 message="One or more records have been rejected due to invalid timestamp")
     return None
 
 

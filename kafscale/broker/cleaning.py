@@ -46,7 +46,7 @@ class CleanerSettings:
     map_entries: int = 1_000_000
 
 
-# A pass yields the CPU to the shards' request handling: on a busy node a produce waits for no cleaning.
+# A pass in a Ray task yields the CPU to the shards on its node: a produce request waits for no cleaning.
 PASS_NICENESS = 10
 
 
@@ -54,9 +54,10 @@ def run_in_thread(job: Job, store: ObjectStore) -> Awaitable[Outcome]:
     return asyncio.to_thread(clean_with_store, job, store)
 
 
-def clean_with_store(job: Job, store: ObjectStore) -> Outcome:
-    """The pass against a blocking object store, in a thread of its own at lower CPU priority (Linux sets a
-    nice value per thread; the calling thread keeps its own): what a worker thread or a Ray task runs."""
+def clean_at_low_priority(job: Job, store: ObjectStore) -> Outcome:
+    """clean_with_store in a thread of its own at nice PASS_NICENESS (Linux sets a nice value per thread; the calling
+    thread keeps its own): what a Ray task, a process of its own, runs. Not for a thread in a shard's process: a
+    descheduled low-priority thread holding the GIL would hold the event loop back with it."""
     done: list[Outcome] = []
     failed: list[BaseException] = []
 
@@ -64,7 +65,7 @@ def clean_with_store(job: Job, store: ObjectStore) -> Outcome:
         with contextlib.suppress(OSError):  # a platform without per-thread priorities runs it at the same one
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PASS_NICENESS)
         try:
-            done.append(_clean_with_store(job, store))
+            done.append(clean_with_store(job, store))
         except BaseException as e:
             failed.append(e)
 
@@ -76,7 +77,8 @@ def clean_with_store(job: Job, store: ObjectStore) -> Outcome:
     return done[0]
 
 
-def _clean_with_store(job: Job, store: ObjectStore) -> Outcome:
+def clean_with_store(job: Job, store: ObjectStore) -> Outcome:
+    """The pass against a blocking object store: what a worker thread or a Ray task runs."""
 
     def read(meta: SegmentMeta) -> bytes:
         at = meta.stored(job.namespace, job.topic, job.partition)

@@ -248,6 +248,8 @@ class PartitionOwner:
                 set_log_append_time(buf, pos, now_ms)
             if header.producer_id >= 0:
                 entry = self._producers.record(header, self.next_offset)
+                if log_append:  # the batch's max timestamp is the append time now, as Kafka records it
+                    entry.last_timestamp = now_ms
                 if header.is_transactional and entry.txn_first < 0:
                     entry.txn_first = self.next_offset
                     self.txns.began(header.producer_id, self.next_offset)
@@ -386,26 +388,33 @@ class PartitionOwner:
 
     async def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Forget idle producers (ProducerStates.idle) durably, except those with batches not yet committed here;
-        returns their ids. A producer seen again later starts afresh, as in Kafka."""
-        async with self.state_lock:
-            if self.fenced:
-                return []
-            busy = {pid for p in (*self._sealed, self._open) for pid in p.producers}
-            idle = [pid for pid in self._producers.idle(now_ms, expiration_ms) if pid not in busy]
-            guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self.owner_revision)]
-            for i in range(0, len(idle), MAX_TXN_OPS - len(guard)):
-                chunk = idle[i : i + MAX_TXN_OPS - len(guard)]
+        returns their ids. A producer seen again later starts afresh, as in Kafka. The state lock is taken per
+        store transaction, so that a long backlog never holds the partition's commits back for long."""
+        gone: list[int] = []
+        while not self.fenced:
+            async with self.state_lock:
+                idle = [pid for pid in self._producers.idle(now_ms, expiration_ms) if pid not in self._in_flight()]
+                if not idle:
+                    break
+                chunk = idle[: MAX_TXN_OPS - 1]
+                guard = [Compare(keys.owner(self.topic, self.partition), "mod_revision", "==", self.owner_revision)]
                 ops: list[Any] = [Delete(keys.producer(self.topic, self.partition, pid)) for pid in chunk]
                 if not (await self.meta.txn(guard, ops)).succeeded:
                     self.stop_writing()
                     raise FencedError(f"producer expiry of {self.topic}-{self.partition} refused: epoch is stale")
-            # Appended to meanwhile: its next commit writes the entry again, so it stays.
-            still = set(self._producers.idle(now_ms, expiration_ms)) - {
-                pid for p in (*self._sealed, self._open) for pid in p.producers}
-            for pid in idle:
-                if pid in still:
-                    del self._producers.entries[pid]
-            return [pid for pid in idle if pid in still]
+                # Appended to meanwhile: its next commit writes the entry again, so it stays.
+                still = set(self._producers.idle(now_ms, expiration_ms)) - self._in_flight()
+                for pid in chunk:
+                    if pid in still:
+                        del self._producers.entries[pid]
+                        gone.append(pid)
+                if len(chunk) == len(idle):
+                    break
+        return gone
+
+    def _in_flight(self) -> set[int]:
+        """Producers with batches in windows not yet committed."""
+        return {pid for p in (*self._sealed, self._open) for pid in p.producers}
 
     def stop_writing(self) -> None:
         """This incarnation writes no more; its unanswered producers retry against the next owner."""

@@ -239,7 +239,14 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
     ops: list[Op] = []
     segments = sorted((v for k, v in known.items() if k.startswith(keys.segments(topic, partition))),
                       key=lambda v: v["base"])
-    # The snapshot's segments whose objects retention (or a cleaning's swap) deleted since: gone from the front.
+    # Cleanings committed since the snapshot replaced some of its segments, whose objects the janitor may have
+    # deleted already: their segments stand in for what they replaced.
+    cleaned = {(base, epoch, cleaning) for base, epoch, cleaning in whole if cleaning and base < int(
+        (state or {}).get("next_offset", 0))}
+    if cleaned and segments:
+        segments, swaps = await _with_cleanings(objects, namespace, topic, partition, segments, cleaned, sizes)
+        ops += swaps
+    # The snapshot's segments whose objects retention deleted since: gone from the front.
     gone = 0
     while gone < len(segments) and (segments[gone]["base"], _variant_of(segments[gone])) not in present:
         ops.append(Delete(keys.segment(topic, partition, segments[gone]["base"])))
@@ -292,6 +299,46 @@ async def _roll_forward(meta: MetadataStore, objects: AsyncObjectStore, namespac
     return len(chain), max(touched, default=-1)
 
 
+async def _with_cleanings(objects: AsyncObjectStore, namespace: str, topic: str, partition: int,
+                          segments: list[dict[str, Any]], cleaned: set[tuple[int, int, int]],
+                          sizes: dict[tuple[int, int, int], int]) -> tuple[list[dict[str, Any]], list[Op]]:
+    """The snapshot's segment records with each run that a later cleaning replaced swapped for the cleaning's
+    segment (the latest cleaning at a base; it spans exactly the records it replaced), and the store operations
+    that make the swap. Its aborted-transaction index keeps the replaced records' entries whose markers it kept."""
+    latest: dict[int, tuple[int, int]] = {}
+    for base, epoch, cleaning in cleaned:
+        latest[base] = max(latest.get(base, (0, 0)), (epoch, cleaning))
+    out: list[dict[str, Any]] = []
+    ops: list[Op] = []
+    i = 0
+    while i < len(segments):
+        record, base = segments[i], int(segments[i]["base"])
+        best = latest.get(base)
+        if best is None or segments[i].get("pack") or best <= _variant_of(record)[:2]:
+            out.append(record)
+            i += 1
+            continue
+        at = (base, *best)
+        last = await _last_offset(objects, namespace, topic, partition, at, sizes[at])
+        spanned = [r for r in segments[i:] if int(r["last"]) <= last]
+        if not spanned or int(spanned[-1]["last"]) != last:  # not a cleaning of these records: leave them
+            out.append(record)
+            i += 1
+            continue
+        key = object_keys.segment_key(namespace, topic, partition, *at)
+        reader = SegmentReader(await objects.get(key), key=key)
+        markers = {h.base_offset for _, h in reader.batches() if h.is_control}
+        aborted = tuple(a for r in spanned for a in map(AbortedTxn.from_value, r.get("aborted", ()))
+                        if a.last_offset in markers)
+        value = dataclasses.replace(SegmentMeta.from_info(reader.info, best[0], aborted=aborted),
+                                    cleaned=best[1]).to_value()
+        out.append(value)
+        ops.append(Put(keys.segment(topic, partition, base), value))
+        ops += [Delete(keys.segment(topic, partition, int(r["base"]))) for r in spanned[1:]]
+        i += len(spanned)
+    return out, ops
+
+
 def _variant_of(segment: dict[str, Any]) -> Variant:
     """Which object a segment record names (see `_roll_forward`)."""
     if segment.get("pack"):
@@ -306,7 +353,7 @@ def _replay(reader: SegmentReader, producers: ProducerStates, txns: PartitionTxn
     transactions the segment's markers aborted (the segment record's aborted-transaction index)."""
     aborted = []
     for pos, header in reader.batches():
-        if header.producer_id < 0:
+        if header.producer_id < 0 or not header.record_count:  # a batch a cleaning emptied tells nothing
             continue
         touched.add(header.producer_id)
         if header.is_control:

@@ -394,16 +394,24 @@ def test_a_record_timestamp_more_than_an_hour_ahead(peers: Peers, topic: str) ->
 
 def test_record_timestamp_bounds_a_topic_sets(peers: Peers, topic: str) -> None:
     """message.timestamp.before.max.ms set: a record stamped further back is refused, each bad record named in the
-    answer's record errors; a LogAppendTime topic takes any timestamp (the broker stamps its own)."""
+    answer's record errors, in Kafka's words; on a compacted topic a bad timestamp outranks a missing key; a
+    LogAppendTime topic takes any timestamp (the broker stamps its own)."""
     got = {}
     for peer in peers:
         peer.create_ready(topic, 1, {"message.timestamp.before.max.ms": "3600000"})
         peer.create_ready(f"{topic}-append", 1, {"message.timestamp.type": "LogAppendTime",
                                                  "message.timestamp.after.max.ms": "0"})
+        peer.create_ready(f"{topic}-compact", 1, {"cleanup.policy": "compact"})
         now = int(time.time() * 1000)
+        ahead = now + 2 * 3600 * 1000
         answers = [peer.produce(topic, 0, batch([(b"k", b"v", now), (b"k", b"v", 5), (b"k", b"v", 6)])),
                    peer.produce(topic, 0, batch([(b"k", b"v", now)])),
-                   peer.produce(f"{topic}-append", 0, batch([(b"k", b"v", now + 2 * 3600 * 1000)]))]
-        got[peer.name] = [(code(a.error_code), [int(e.batch_index) for e in a.record_errors]) for a in answers]
-    assert got["kafka"] == [("INVALID_TIMESTAMP", [1, 2]), ("NONE", []), ("NONE", [])]
+                   peer.produce(f"{topic}-append", 0, batch([(b"k", b"v", ahead)])),
+                   peer.produce(f"{topic}-compact", 0, batch([(None, b"v", now), (b"k", b"v", ahead)]))]
+        got[peer.name] = [(code(a.error_code), a.error_message, [int(e.batch_index) for e in a.record_errors])
+                          for a in answers]
+    rejected = "One or more records have been rejected due to invalid timestamp"
+    assert [(c, i) for c, _, i in got["kafka"]] == [("INVALID_TIMESTAMP", [1, 2]), ("NONE", []), ("NONE", []),
+                                                   ("INVALID_TIMESTAMP", [0, 1])]
+    assert got["kafka"][0][1] == rejected
     assert got["kafscale"] == got["kafka"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from kafscale.cli import main as cli
 from kafscale.config import BrokerConfig
@@ -234,18 +234,20 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") ->
     raise AssertionError(f"{topic} not read to its end in 30 s: {len(got)} records")
 
 
-def test_a_rebuild_after_cleanings_and_transactions(stores: Stores, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("how", ["restore", "rebuild"])
+def test_a_restore_or_rebuild_after_cleanings_and_transactions(stores: Stores, capsys: pytest.CaptureFixture[str],
+                                                              how: str) -> None:
     """Segments a cleaning wrote (keys ending -c{pass}) stand for the ones they replaced, which the janitor has
-    deleted; aborted transactions stay hidden from read_committed consumers, and producers' sequences carry on."""
+    deleted, also when the snapshot restored was taken before the cleaning; aborted transactions stay hidden from
+    read_committed consumers, and a transactional producer carries on."""
     config = BrokerConfig(metrics_listen="", flush_interval_ms=20, log_cleaner_backoff_ms=300,
                           janitor_interval_s=1, orphan_grace_s=0)
     broker = InProcessBroker(config, meta=lambda: EtcdStore(stores.etcd.endpoint, prefix=stores.prefix),
                              objects=lambda: stores.seaweed.store(stores.bucket, create_bucket=False))
     with broker as b:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        for f in admin.create_topics([NewTopic("kv", 1, config={"cleanup.policy": "compact",
-                                                               "min.cleanable.dirty.ratio": "0.01"}),
-                                      NewTopic("tx", 1)]).values():
+        waiting = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "3600000"}
+        for f in admin.create_topics([NewTopic("kv", 1, config=waiting), NewTopic("tx", 1)]).values():
             f.result(30)
         producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5})
         for version in range(4):
@@ -260,6 +262,11 @@ def test_a_rebuild_after_cleanings_and_transactions(stores: Stores, capsys: pyte
                 txn.produce("tx", value=f"{outcome}-{i}".encode())
             assert txn.flush(30) == 0  # in the log, also those of the transaction to abort
             txn.commit_transaction(30) if outcome == "commit" else txn.abort_transaction(30)
+        if how == "restore":
+            stores.cli("snapshot", capsys)  # before any cleaning
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "kv", incremental_configs=[
+            ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
 
         def cleaned_alone() -> bool:  # compacted, and the replaced objects gone
             keys = [k for k in stored_keys(stores, "kv/0/") if k.endswith(".kfs")]
@@ -274,7 +281,7 @@ def test_a_rebuild_after_cleanings_and_transactions(stores: Stores, capsys: pyte
     assert sorted(tx.values()) == sorted([f"commit-{i}".encode() for i in range(3)] +
                                          [f"commit-{i}".encode() for i in range(5)])
     stores.wipe()
-    stores.cli("rebuild", capsys)
+    stores.cli(how, capsys)
 
     with stores.broker() as b:
         assert read_topic(b.bootstrap, "kv") == kv

@@ -121,7 +121,7 @@ async def test_a_topic_that_is_not_compacted_is_left_alone(env: Env) -> None:
     assert len(owner.segments) == 2
 
 
-async def test_a_pass_runs_at_a_lower_cpu_priority_than_the_thread_that_asked_for_it(env: Env) -> None:
+async def test_a_ray_tasks_pass_runs_at_a_lower_cpu_priority_than_the_thread_that_asked_for_it(env: Env) -> None:
     owner = await owner_of(env)
     await write(owner, keyed((b"a", b"a0")), keyed((b"a", b"a1")))
     seen: list[tuple[int, int]] = []
@@ -138,7 +138,7 @@ async def test_a_pass_runs_at_a_lower_cpu_priority_than_the_thread_that_asked_fo
 
         store.get = reading  # type: ignore[method-assign]
         try:
-            return cleaning.clean_with_store(job, store)
+            return cleaning.clean_at_low_priority(job, store)
         finally:
             store.get = get  # type: ignore[method-assign]
 

@@ -42,3 +42,14 @@ async def test_a_producer_with_batches_not_yet_committed_stays(env: Env) -> None
     assert outcome.error == 0
     assert await owner.expire_producers(now, DAY) == []
     assert list(owner.producers.entries) == [7]
+
+
+async def test_more_idle_producers_than_one_store_transaction_takes(env: Env) -> None:
+    now = int(time.time() * 1000)
+    owner = await env.owner()
+    for pid in range(300):
+        outcome = await owner.append(batch([b"x"], pid=1000 + pid, epoch=0, seq=0, ts=now - 2 * DAY), acks=-1)
+    await durable(outcome)
+    assert len(await owner.expire_producers(now, DAY)) == 300
+    assert owner.producers.entries == {}
+    assert await env.meta.range(keys.producers(TOPIC, 0)) == []

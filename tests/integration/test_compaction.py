@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from kafscale.cluster import keys
 from kafscale.cluster.records import SegmentMeta
@@ -21,7 +21,10 @@ from tests.integration.conftest import Cluster, unique_topic, wait_until
 from tests.integration.test_metrics import _scrape as scrape
 from tests.integration.test_metrics import _value
 
-pytestmark = pytest.mark.timeout(120)
+# A pass competes for the CPU with everything else on the machine: on a loaded 2-core runner one took over a minute,
+# so the waits are for conditions that must come, with room (issue 38).
+pytestmark = pytest.mark.timeout(420)
+SETTLE_S = 180
 KEYS, VERSIONS, DELETED = 200, 5, 20
 
 
@@ -65,7 +68,7 @@ def test_a_consumer_reads_the_latest_value_of_every_key_after_the_cleaning(broke
         got = read_from_start(broker.bootstrap, topic)
         return got if len(got) == KEYS else None
 
-    got = wait_until(cleaned, timeout=60, what="the cleaning of the compacted topic")
+    got = wait_until(cleaned, timeout=SETTLE_S, what="the cleaning of the compacted topic")
     last = VERSIONS - 1
     assert [(key, value) for _, key, value in got] == [
         (b"k%03d" % k, None if k < DELETED else b"v%d-%d" % (last, k)) for k in range(KEYS)]
@@ -115,7 +118,7 @@ def test_a_random_workload_compacts_to_the_latest_value_of_each_key_and_tombston
             seen.setdefault(key, []).append(value)
         return seen if all(len(values) == 1 for values in seen.values()) else None
 
-    seen = wait_until(settled, timeout=60, what="one record per key")
+    seen = wait_until(settled, timeout=SETTLE_S, what="one record per key")
     assert {k: v[0] for k, v in seen.items()} == latest  # the live values, and a tombstone for each deleted key
     deleted = {k for k, v in latest.items() if v is None}
     assert deleted
@@ -124,7 +127,7 @@ def test_a_random_workload_compacts_to_the_latest_value_of_each_key_and_tombston
     producer.produce(topic, key=b"after", value=b"the horizon")
     assert producer.flush(30) == 0
     live = {k: v for k, v in latest.items() if v is not None} | {b"after": b"the horizon"}
-    wait_until(lambda: {k: v for _, k, v in read_from_start(broker.bootstrap, topic)} == live, timeout=60,
+    wait_until(lambda: {k: v for _, k, v in read_from_start(broker.bootstrap, topic)} == live, timeout=SETTLE_S,
                what="the tombstones to go once their horizon passed")
 
 
@@ -133,8 +136,12 @@ def test_a_consumer_reads_past_segments_a_cleaning_emptied(broker: Cluster) -> N
     one emptied batch standing for its offsets; librdkafka reads past it to the new values."""
     topic = unique_topic("emptied")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    # No cleaning until everything is written (min.compaction.lag.ms): a pass that mapped only some of the small new
+    # values would leave a dirty part too small for min.cleanable.dirty.ratio, as in Kafka, and nothing more would
+    # be cleaned (the test stalled so, 1 run in 3 on a loaded machine).
     admin.create_topics([NewTopic(topic, 1, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
-                                                    "segment.bytes": "1048576"})])[topic].result(30)
+                                                    "segment.bytes": "1048576",
+                                                    "min.compaction.lag.ms": "3600000"})])[topic].result(30)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.size": 16384})
     for i in range(200):  # 2 MiB, one batch a record
         producer.produce(topic, key=b"k%03d" % (i % 100), value=bytes(10_240))
@@ -143,17 +150,20 @@ def test_a_consumer_reads_past_segments_a_cleaning_emptied(broker: Cluster) -> N
     for i in range(100):
         producer.produce(topic, key=b"k%03d" % i, value=b"new")
     assert producer.flush(30) == 0
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
 
     def emptied() -> list[SegmentMeta] | None:
         segments = committed_segments(broker, topic)
         return segments if any(s.records == 0 for s in segments) else None
 
-    segments = wait_until(emptied, timeout=60, what="a segment group the cleaning emptied")
+    segments = wait_until(emptied, timeout=SETTLE_S, what="a segment group the cleaning emptied")
     assert all(a.last + 1 == b.base for a, b in itertools.pairwise(segments))  # no hole
 
     def one_per_key() -> list[tuple[int, bytes | None, bytes | None]] | None:
         got = read_from_start(broker.bootstrap, topic)
         return got if len(got) == 100 else None
 
-    got = wait_until(one_per_key, timeout=60, what="one record per key")
+    got = wait_until(one_per_key, timeout=SETTLE_S, what="one record per key")
     assert [(k, v) for _, k, v in got] == [(b"k%03d" % i, b"new") for i in range(100)]

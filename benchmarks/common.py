@@ -182,7 +182,7 @@ class Broker:
         self.dir.mkdir(parents=True)
         self.metrics_port = _free_port_run(shards)
         args = ["--flush-interval-ms", str(flush_interval_ms), "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
-                *(extra_args or [])]
+                "--console-listen", "127.0.0.1:0", *(extra_args or [])]
         self.bucket = ""
         if backend == "seaweedfs":
             server = ctx.seaweed()

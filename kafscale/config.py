@@ -109,6 +109,14 @@ class BrokerConfig:
         "help": "return once the cluster serves; it runs on until `kafscale cluster stop`"})
     dashboard: bool = field(default=True, metadata={"help": "start the Ray dashboard with a local Ray head"})
     dashboard_port: int = field(default=8265, metadata={"help": "Ray dashboard port (on 127.0.0.1)"})
+    console: bool = field(default=True, metadata={
+        "help": "serve the web console beside the controller (docs/console.md; login with KAFSCALE_UI_USERNAME and"
+                " KAFSCALE_UI_PASSWORD)"})
+    console_listen: str = field(default="127.0.0.1:8080", metadata={
+        "help": "HOST:PORT of the console (port 0: any); HTTPS with ssl_certfile when that is set"})
+    console_client_config: str = field(default="", metadata={
+        "help": "librdkafka properties file: how the console connects to the cluster, as which principal"
+                " (security.protocol, sasl.*, ssl.*); the ACLs apply to it as to any client"})
     moves_in_flight: int = field(default=4, metadata={"help": "planned partition moves the controller runs at once"})
     autoscale: bool = field(default=False, metadata={
         "help": "the controller sets the number of shards by measured load, between --min-shards and --max-shards"
@@ -301,6 +309,13 @@ class BrokerConfig:
             _, _, port = self.metrics_listen.rpartition(":")
             if not port.isdigit():
                 raise ConfigError(f"metrics_listen: expected HOST:PORT or '' (off), got {self.metrics_listen!r}")
+        if self.console:
+            _, colon, port = self.console_listen.rpartition(":")
+            if not colon or not port.isdigit():
+                raise ConfigError(f"console_listen: expected HOST:PORT, got {self.console_listen!r} "
+                                  "(--no-console turns the console off)")
+        if self.console_client_config and not os.path.isfile(self.console_client_config):
+            raise ConfigError(f"console_client_config: no such file {self.console_client_config!r}")
         if self.metadata_snapshot_interval_s < 0 or self.metadata_snapshots_kept < 1:
             raise ConfigError("metadata_snapshot_interval_s must not be negative, metadata_snapshots_kept at least 1")
         if self.log_cleaner_backoff_ms <= 0 or self.compaction_map_entries <= 0:

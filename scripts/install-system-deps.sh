@@ -29,6 +29,9 @@ command -v gdb >/dev/null 2>&1 || need+=(gdb)
 # libzstd-dev for sarama's cgo zstd among them)
 test -d /usr/share/gocode/src/github.com/Shopify/sarama || need+=(golang-github-shopify-sarama-dev)
 test -d /usr/share/gocode/src/github.com/segmentio/kafka-go || need+=(golang-github-segmentio-kafka-go-dev)
+# Chromium, which Playwright drives headless for the console's browser tests (tests/integration/test_console_browser.py;
+# no browser download: kafscale/testing/browser.py finds this one)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

@@ -9,6 +9,9 @@ import pytest
 # preexec_fn, i.e. a real fork() that runs them; with gRPC threads busy the child aborted before exec
 # ("skipping fork() handlers", SIGABRT) and every Spark test errored. No child of this process uses gRPC.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# Every `kafscale serve` a test starts serves its console on a free port, never on the default 8080 that a
+# developer's own broker (or another test's) may hold.
+os.environ.setdefault("KAFSCALE_CONSOLE_LISTEN", "127.0.0.1:0")
 
 pytest_plugins = [
     "tests.fixtures.s3",

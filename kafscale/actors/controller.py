@@ -44,6 +44,7 @@ from kafscale.cluster import placement_store as store
 from kafscale.cluster.assign import Move, Node, heal, plan_shards
 from kafscale.cluster.layout import layout
 from kafscale.config import BrokerConfig
+from kafscale.console.server import ConsoleServer, start_console
 from kafscale.logs import setup_logging
 from kafscale.ops.metadata_gauges import metadata_gauges
 from kafscale.storage.compaction import Compactor
@@ -55,6 +56,7 @@ CONTROLLER_NAME = "kafscale-controller"
 METADATA_ACTOR_NAME = "kafscale-metadata"
 RECONCILE_S = 1.0
 STARTUP_GRACE_S = 30.0  # a wanted shard that never registered is given this long before its work moves
+STATUS_TIMEOUT_S = 2.0
 RESTARTED_GRACE_S = 6.0  # after a controller restart, for shards not live at its first round
 ADVERTISED_HOST_LABEL = "kafscale-advertised-host"
 SHARDS_LABEL = "kafscale-shards"
@@ -62,8 +64,14 @@ SHARDS_LABEL = "kafscale-shards"
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=1000)
 class Controller:
-    def __init__(self, config: dict[str, Any], ray_namespace: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: dict[str, Any], ray_namespace: str, env: dict[str, str] | None = None,
+                 console_env: dict[str, str] | None = None) -> None:
         self.config = BrokerConfig(**config)
+        # The console's login (KAFSCALE_UI_*): an argument, not the actor's environment, which the Ray dashboard
+        # shows to whoever opens it.
+        self.console_env = dict(console_env or {})
+        self.console: ConsoleServer | None = None
+        self.bootstrap = ""  # the live shards' addresses, for the console's Kafka clients
         setup_logging(self.config.log_level, self.config.log_json)
         self.ray_namespace = ray_namespace
         self.env = dict(env or {})  # travels to every actor: shards on other nodes do not see serve's environment
@@ -101,6 +109,10 @@ class Controller:
         watch = asyncio.get_running_loop().create_task(self._watch_leases(self.meta))
         compaction = self._start_compaction(self.meta)
         try:
+            self.console = await start_console(self.config, self.console_env, lambda: self.bootstrap, self.overview)
+        except Exception:
+            log.exception("controller: the console did not start (console_listen %s)", self.config.console_listen)
+        try:
             while not self.stopping:
                 try:
                     await self._reconcile(self.meta)
@@ -114,6 +126,8 @@ class Controller:
             watch.cancel()
             if compaction is not None:
                 compaction.cancel()
+            if self.console is not None:
+                await self.console.stop()
 
     def _start_compaction(self, meta: MetadataStore) -> asyncio.Task[None] | None:
         """One compactor per cluster, here: the controller is the one loop every deployment has."""
@@ -149,6 +163,7 @@ class Controller:
         wanted = await self._place_shards(meta)
         live = await store.live_shards(meta)
         self.live = set(live)  # every lease holder: none of them may lose work to healing
+        self.bootstrap = ",".join(f"{r.host}:{r.port}" for _, r in sorted(live.items()))
         # A registration from a node this Ray cluster never had is an earlier run's, whose lease the store
         # renewed when it restarted (as etcd does): it holds its lease out, but it is not this cluster running.
         current = {s for s, r in live.items() if not r.node_id or r.node_id in self.known_nodes}
@@ -332,6 +347,18 @@ class Controller:
                 "controller": {"node_id": self.node_id, "pid": os.getpid()},
                 "metadata": {"revision": state.status.revision, "db_bytes": state.status.db_bytes,
                              "compacted_revision": state.compacted_revision} if state is not None else None}
+
+    async def overview(self) -> dict[str, Any]:
+        """The console's overview: the layout, this controller, and each live shard's own report."""
+        handles = [h for s, h in self.actors.by_shard().items() if s in self.live]
+        answers = await asyncio.gather(*(asyncio.wait_for(h.status.remote(), STATUS_TIMEOUT_S) for h in handles),
+                                       return_exceptions=True)  # a shard that does not answer is left out
+        shards = {a["shard"]: a for a in answers if isinstance(a, dict)}
+        return {**await self.info(), "shards": shards,
+                "autoscaler": self.scaler.report() if self.scaler is not None else None}
+
+    def console_url(self) -> str:
+        return self.console.url if self.console is not None else ""
 
     async def status(self) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(h.status.remote() for h in self.actors.by_shard().values())))

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 LOAD_CALL_TIMEOUT_S = 2.0
 SETTLE_S = 2 * LOAD_INTERVAL_S  # after moves, the load is measured afresh before anything else moves
 SAY_EVERY_S = 30.0
+DECISIONS_KEPT = 20
 
 
 class Scaler:
@@ -50,6 +52,8 @@ class Scaler:
         self.said_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self.metrics = _ScaleMetrics()
+        self.last: dict[str, Any] | None = None  # the latest decision, for the console's overview
+        self.changes: deque[dict[str, Any]] = deque(maxlen=DECISIONS_KEPT)
 
     # ---------------------------------------------------------------- where shards go
 
@@ -106,6 +110,7 @@ class Scaler:
         # scale-down back); those wanted beyond them wait for a node and carry nothing.
         decision = self.policy.decide(now, max(self.state.desired, len(active)), reporting, running=len(active))
         self.metrics.set(decision, len(active))
+        self._note(decision, len(active), reporting)
         if not decision.change and now - self.said_at >= SAY_EVERY_S:  # why nothing changes, now and then
             log.info("autoscale: %d shards: %s", len(active), decision.reason)
             self.said_at = now
@@ -126,6 +131,15 @@ class Scaler:
             return
         if now - self.settled_at >= SETTLE_S and set(active) <= set(self.loads) and set(active) <= live:
             self._run(self._balance(meta, active, hand_off, by_load=decision.rebalance))
+
+    def _note(self, decision: Decision, running: int, reporting: list[ShardLoad]) -> None:
+        self.last = {"at": time.time(), "shards": running, "desired": decision.desired, "change": decision.change,
+                     "reason": decision.reason, "busy": {r.shard_id: round(r.busy, 3) for r in reporting}}
+        if decision.change:
+            self.changes.append(self.last)
+
+    def report(self) -> dict[str, Any]:
+        return {"last": self.last, "changes": list(self.changes)}
 
     def _max(self, capacity: int) -> int:
         return max(self.config.max_shards or capacity, self.config.min_shards)

@@ -19,6 +19,7 @@ from typing import Any
 
 from kafscale.actors.local_head import LocalRayHead, ray_environment
 from kafscale.config import BrokerConfig
+from kafscale.console.credentials import console_login_env
 from kafscale.net import address_towards
 
 log = logging.getLogger("kafscale.serve")
@@ -98,7 +99,7 @@ def serve(config: BrokerConfig) -> int:
         controller = Controller.options(  # type: ignore[attr-defined]
             name=CONTROLLER_NAME, namespace=RAY_NAMESPACE, get_if_exists=True, lifetime="detached",
             runtime_env={"env_vars": env}, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-        ).remote(dataclasses.asdict(config), RAY_NAMESPACE, env)
+        ).remote(dataclasses.asdict(config), RAY_NAMESPACE, env, console_login_env(os.environ))
         addresses = ray.get(controller.wait_ready.remote(120))
         status = {s["shard"]: s for s in ray.get(controller.status.remote())}
         for shard_id, host, port in addresses:
@@ -112,6 +113,9 @@ def serve(config: BrokerConfig) -> int:
         stores = ("etcd " + config.etcd_endpoints) if config.etcd_endpoints else f"embedded in {config.data_dir}"
         objects = f"s3://{config.s3_bucket}/{config.s3_namespace}" if config.s3_bucket else f"{config.data_dir}/objects"
         nodes = len([n for n in ray.nodes() if n.get("Alive")])
+        console = ray.get(controller.console_url.remote())
+        if console:
+            log.info("console: %s (log in with KAFSCALE_UI_USERNAME and KAFSCALE_UI_PASSWORD)", console)
         log.info("ready: %d shards on %d node(s), metadata %s, objects %s", len(addresses), nodes, stores, objects)
         if config.detach:
             detached = True

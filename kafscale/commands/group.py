@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from kafscale.commands.client import CommandError, add_common, admin, emit, run_command, table, wait
+from kafscale.commands.client import HINTS, CommandError, add_common, admin, emit, run_command, table, wait
 
 
 def add_parser(commands: Any) -> None:
@@ -115,7 +115,13 @@ def reset_offsets(args: argparse.Namespace) -> int:
     if args.execute:
         request = ConsumerGroupTopicPartitions(args.group, [TopicPartition(t, p, o) for (t, p), o in plan.items()])
         fut = client.alter_consumer_group_offsets([request], request_timeout=args.timeout)
-        wait(fut[args.group], args, f"reset offsets of {args.group!r}")
+        answer = wait(fut[args.group], args, f"reset offsets of {args.group!r}")
+        # Each partition answers for itself: the future succeeds even when the group refused every offset.
+        refused = next((tp.error for tp in answer.topic_partitions if tp.error is not None), None)
+        if refused is not None:
+            live = refused.name() in ("UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS")
+            hint = f"\n  {HINTS['NON_EMPTY_GROUP']}" if live else ""
+            raise CommandError(f"reset offsets of {args.group!r}: {refused.str()}{hint}")
     data = {"group": args.group, "executed": args.execute,
             "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in plan.items()]}
 

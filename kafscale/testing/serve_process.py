@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,9 +17,10 @@ from kafscale.testing.ports import free_port
 class ServeProcess:
     def __init__(self, data_dir: str | Path, *, shards: int = 2, extra_args: list[str] | None = None,
                  ports: list[int] | None = None, log_path: str | Path | None = None,
-                 listeners: dict[str, int] | None = None) -> None:
+                 listeners: dict[str, int] | None = None, env: dict[str, str] | None = None) -> None:
         """listeners: name -> first port, served as --listeners on 127.0.0.1 (shard k at PORT+k) instead of
-        --listen and --shard-ports; `ports` are then the first listener's."""
+        --listen and --shard-ports; `ports` are then the first listener's. env: added to this environment
+        (KAFSCALE_UI_USERNAME and KAFSCALE_UI_PASSWORD, for one)."""
         self.data_dir = Path(data_dir)
         self.shards = shards
         self.listeners = listeners
@@ -27,6 +29,7 @@ class ServeProcess:
             ports = [first + k for k in range(shards)]
         self.ports = ports or [free_port() for _ in range(shards)]
         self.extra_args = extra_args or []
+        self.env = env or {}
         self.log_path = Path(log_path) if log_path else self.data_dir.with_name(self.data_dir.name + "-serve.log")
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -46,10 +49,12 @@ class ServeProcess:
             where = ["--listen", self.bootstrap, "--shard-ports", ",".join(map(str, self.ports))]
         args = [sys.executable, "-m", "kafscale.cli", "serve", *where, "--shards-per-node", str(self.shards),
                 "--no-dashboard",
-                "--data-dir", str(self.data_dir), "--metrics-listen", "127.0.0.1:0", *self.extra_args]
+                "--data-dir", str(self.data_dir), "--metrics-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0",
+                *self.extra_args]
         log = self.log_path.open("ab")
         seen = self.log_path.stat().st_size  # a restart appends: only its own "ready" counts
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -59,6 +64,14 @@ class ServeProcess:
             time.sleep(0.2)
         self.kill()
         raise TimeoutError(f"kafscale serve not ready after {timeout}s; log: {self.log_path}")
+
+    @property
+    def console_url(self) -> str:
+        """The console's address, as the last start logged it."""
+        found = re.findall(r" console: (\S+) ", self.log_text())
+        if not found:
+            raise RuntimeError(f"kafscale serve logged no console address; log: {self.log_path}")
+        return str(found[-1])
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")

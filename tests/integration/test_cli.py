@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from kafscale.cli import main
-from tests.integration.conftest import Cluster, unique_topic
+from tests.integration.conftest import Cluster, unique_topic, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -113,6 +113,24 @@ def test_cluster_info_and_unreachable_broker(broker_embedded: Cluster, capsys: p
     code = main(["cluster", "info", "--bootstrap-server", "127.0.0.1:1", "--timeout", "2"])
     _, err = capsys.readouterr()
     assert code == 1 and "cannot reach a broker at 127.0.0.1:1" in err and "KAFSCALE_BOOTSTRAP_SERVER" in err
+
+
+def test_resetting_a_live_groups_offsets_is_refused(broker_embedded: Cluster,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from confluent_kafka import Consumer
+
+    topic, group = unique_topic("cli-live"), unique_topic("cli-live-g")
+    assert cli(capsys, broker_embedded, "topic", "create", topic, "-p", "1")[0] == 0
+    consumer = Consumer({"bootstrap.servers": broker_embedded.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        wait_until(lambda: consumer.poll(0.2) is None and consumer.assignment(), what="the member's assignment")
+        code, _, err = cli(capsys, broker_embedded, "group", "reset-offsets", group, "-t", topic, "--to-latest",
+                           "--execute")
+        assert code == 1 and f"reset offsets of '{group}'" in err and "Stop the group's consumers first" in err
+    finally:
+        consumer.close()
 
 
 def test_group_commands(broker_embedded: Cluster, capsys: pytest.CaptureFixture[str]) -> None:

@@ -112,6 +112,28 @@ def test_serve_produces_consumes_and_stops_cleanly(tmp_path: Path) -> None:
         assert [o for o, _ in records] == list(range(len(records)))
 
 
+def test_serve_serves_the_console_beside_the_controller(tmp_path: Path) -> None:
+    """`kafscale serve` serves the console (docs/console.md): the login of the two variables gets in, and the
+    overview shows the shards the controller runs."""
+    import requests
+
+    login = {"KAFSCALE_UI_USERNAME": "ops", "KAFSCALE_UI_PASSWORD": "s3cret-enough"}
+    with ServeProcess(tmp_path / "data", shards=2, env=login) as serve:
+        url = serve.console_url
+        assert url.startswith("http://127.0.0.1:")
+        s = requests.Session()
+        assert s.post(url + "api/login", json={"username": "ops", "password": "wrong"}, timeout=30).status_code == 401
+        r = s.post(url + "api/login", json={"username": "ops", "password": "s3cret-enough"}, timeout=30)
+        assert r.status_code == 200, r.text
+        overview = s.get(url + "api/overview", timeout=30).json()
+        shards = sorted((sh["id"], sh["port"], sh["live"]) for n in overview["nodes"] for sh in n["shards"])
+        assert shards == [(0, serve.ports[0], True), (1, serve.ports[1], True)]
+        assert overview["controller"]["pid"] > 0 and set(overview["shards"]) == {"0", "1"}
+        _create_topic(serve.bootstrap, "seen-by-the-console", 2)
+        topics = s.get(url + "api/topics", timeout=30).json()
+        assert {"name": "seen-by-the-console", "partitions": 2, "records": 0, "internal": False} in topics
+
+
 def test_shards_run_on_uvloop_with_their_startup_heap_out_of_the_gc(tmp_path: Path) -> None:
     """The process settings the broker's speed rests on (docs/performance.md, "Measured facts behind the
     design"): Ray runs the shard's event loop on uvloop, the objects loaded at startup are frozen out of the

@@ -39,6 +39,10 @@ def test_file_then_environment_then_flags_override(tmp_path: Path) -> None:
     ("KAFSCALE_LOG_LEVEL", "LOUD", "log_level: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'LOUD'"),
     ("KAFSCALE_METRICS_LISTEN", "localhost", "metrics_listen: expected HOST:PORT or '' (off), got 'localhost'"),
     ("KAFSCALE_SHARD_PORTS", "9092,x", "shard_ports: expected comma-separated ports, got '9092,x'"),
+    ("KAFSCALE_CONSOLE_LISTEN", "8080", "console_listen: expected HOST:PORT, got '8080' (--no-console turns the "
+                                        "console off)"),
+    ("KAFSCALE_CONSOLE_CLIENT_CONFIG", "/no/such.properties",
+     "console_client_config: no such file '/no/such.properties'"),
 ])
 def test_bad_values_name_the_setting(name: str, raw: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -1,0 +1,330 @@
+"""The console's view of the cluster through Kafka's own clients (confluent-kafka), as one principal.
+
+The console is a Kafka client like any other: its client settings (`console_client_config`, a librdkafka
+properties file: security.protocol, sasl.*, ssl.*) name the principal it acts as, and the cluster's ACLs decide
+what it may see and change. Only the overview, which no Kafka API answers, comes from the cluster's own layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
+from confluent_kafka.admin import (
+    ConfigEntry as KafkaConfigEntry,
+)
+
+from kafscale.console.view import (
+    ConfigEntry,
+    ConsoleError,
+    GroupDetail,
+    GroupSummary,
+    Header,
+    Member,
+    Message,
+    MessagePage,
+    PartitionLag,
+    PartitionState,
+    Produced,
+    ResetTo,
+    TopicDetail,
+    TopicSummary,
+)
+
+TIMEOUT_S = 15.0
+BROWSE_WAIT_S = 5.0  # a page of messages is answered with what arrived by then
+# Kafka's answers, as the HTTP status the console gives them.
+STATUS = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART: 404, KafkaError.GROUP_ID_NOT_FOUND: 404,
+    KafkaError.TOPIC_ALREADY_EXISTS: 409, KafkaError.NON_EMPTY_GROUP: 409,
+    KafkaError.UNKNOWN_MEMBER_ID: 409, KafkaError.REBALANCE_IN_PROGRESS: 409,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: 403, KafkaError.GROUP_AUTHORIZATION_FAILED: 403,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: 403,
+    KafkaError.TOPIC_EXCEPTION: 400, KafkaError.INVALID_PARTITIONS: 400,
+    KafkaError.INVALID_CONFIG: 400, KafkaError.INVALID_REPLICATION_FACTOR: 400,
+    KafkaError.POLICY_VIOLATION: 400, KafkaError.INVALID_REQUEST: 400, KafkaError.MSG_SIZE_TOO_LARGE: 400,
+    KafkaError.RECORD_LIST_TOO_LARGE: 400, KafkaError.INVALID_RECORD: 400,
+}
+
+
+def read_client_config(path: str) -> dict[str, str]:
+    """A librdkafka properties file: `key=value` lines, `#` comments."""
+    settings: dict[str, str] = {}
+    if not path:
+        return settings
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def _failed(what: str, e: BaseException) -> ConsoleError:
+    error = e.args[0] if isinstance(e, KafkaException) and e.args else None
+    if isinstance(error, KafkaError):
+        return ConsoleError(STATUS.get(error.code(), 502), f"{what}: {error.name()}: {error.str()}")
+    return ConsoleError(502, f"{what}: {e}")
+
+
+async def _answer(what: str, fut: Any) -> Any:
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(fut), TIMEOUT_S)
+    except TimeoutError:
+        raise ConsoleError(504, f"{what}: no answer from the cluster within {TIMEOUT_S:.0f}s") from None
+    except KafkaException as e:
+        raise _failed(what, e) from None
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+class KafkaClusterView:
+    def __init__(self, bootstrap: Callable[[], str], client_config: dict[str, str],
+                 overview: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        self._bootstrap = bootstrap
+        self._client_config = client_config
+        self._overview = overview
+        self._admin: AdminClient | None = None
+        self._producer: Producer | None = None
+
+    def _settings(self, **extra: Any) -> dict[str, Any]:
+        # Never auto-created: looking at a topic that is not there (or was just deleted) must not make it.
+        return {"bootstrap.servers": self._bootstrap(), "client.id": "kafscale-console",
+                "allow.auto.create.topics": False, **self._client_config, **extra}
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self._settings())
+        return self._admin
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(5)
+        self._admin = self._producer = None
+
+    async def overview(self) -> dict[str, Any]:
+        return await self._overview()
+
+    # ---------------------------------------------------------------- topics
+
+    async def _partitions(self, topic: str | None = None) -> dict[str, dict[int, int]]:
+        """Topic -> partition -> leader, as Metadata answers (internal topics left out)."""
+        md = await asyncio.to_thread(self.admin.list_topics, topic, TIMEOUT_S)
+        found: dict[str, dict[int, int]] = {}
+        for name, t in md.topics.items():
+            if t.error is not None:
+                if topic is not None:
+                    raise _failed(f"topic {topic!r}", KafkaException(t.error))
+                continue
+            found[name] = {p: pm.leader for p, pm in t.partitions.items()}
+        return found
+
+    async def _offsets(self, parts: list[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
+        if not parts:
+            return {}
+        futures = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in parts},
+                                          request_timeout=TIMEOUT_S)
+        return {(tp.topic, tp.partition): (await _answer(f"offsets of {tp.topic}-{tp.partition}", f)).offset
+                for tp, f in futures.items()}
+
+    async def topics(self) -> list[TopicSummary]:
+        found = await self._partitions()
+        parts = [(t, p) for t, ps in found.items() for p in ps]
+        earliest = await self._offsets(parts, OffsetSpec.earliest())
+        latest = await self._offsets(parts, OffsetSpec.latest())
+        return [TopicSummary(name, len(ps), sum(latest[name, p] - earliest[name, p] for p in ps),
+                             name.startswith("__")) for name, ps in sorted(found.items())]
+
+    async def topic(self, name: str) -> TopicDetail:
+        leaders = (await self._partitions(name)).get(name)
+        if leaders is None:
+            raise ConsoleError(404, f"topic {name!r} does not exist")
+        parts = [(name, p) for p in sorted(leaders)]
+        earliest = await self._offsets(parts, OffsetSpec.earliest())
+        latest = await self._offsets(parts, OffsetSpec.latest())
+        resource = ConfigResource("TOPIC", name)
+        entries = await _answer(f"configs of topic {name!r}", self.admin.describe_configs([resource])[resource])
+        configs = [ConfigEntry(e.name, e.value, e.source and str(getattr(e.source, "name", e.source)),
+                               bool(e.is_default), bool(e.is_sensitive), bool(e.is_read_only))
+                   for e in sorted(entries.values(), key=lambda e: e.name)]
+        return TopicDetail(name, [PartitionState(p, leaders[p], earliest[name, p], latest[name, p])
+                                  for _, p in parts], configs)
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        fut = self.admin.create_topics([NewTopic(name, partitions, -1, config=configs)],
+                                       request_timeout=TIMEOUT_S)[name]
+        await _answer(f"create topic {name!r}", fut)
+
+    async def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> None:
+        ops = [KafkaConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in set_configs.items()]
+        ops += [KafkaConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete]
+        resource = ConfigResource("TOPIC", name, incremental_configs=ops)
+        await _answer(f"alter configs of topic {name!r}", self.admin.incremental_alter_configs([resource])[resource])
+
+    async def delete_topic(self, name: str) -> None:
+        await _answer(f"delete topic {name!r}", self.admin.delete_topics([name], request_timeout=TIMEOUT_S)[name])
+
+    # ---------------------------------------------------------------- messages
+
+    async def messages(self, topic: str, partition: int, *, offset: int | None, timestamp: int | None,
+                       limit: int) -> MessagePage:
+        leaders = (await self._partitions(topic)).get(topic, {})
+        if partition not in leaders:
+            raise ConsoleError(404, f"topic {topic!r} has no partition {partition}")
+        return await asyncio.to_thread(self._browse, topic, partition, offset, timestamp, limit)
+
+    def _browse(self, topic: str, partition: int, offset: int | None, timestamp: int | None,
+                limit: int) -> MessagePage:
+        # A consumer of no group: assign() neither joins nor commits, so browsing leaves no trace in the cluster.
+        consumer = Consumer(self._settings(**{"group.id": "kafscale-console", "enable.auto.commit": False,
+                                              "enable.auto.offset.store": False,
+                                              "isolation.level": "read_committed"}))
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), TIMEOUT_S)
+            if timestamp is not None:
+                found = consumer.offsets_for_times([TopicPartition(topic, partition, timestamp)], TIMEOUT_S)[0]
+                start = high if found.offset < 0 else found.offset
+            else:
+                start = low if offset is None else min(max(offset, low), high)
+            messages: list[Message] = []
+            if start < high:
+                consumer.assign([TopicPartition(topic, partition, start)])
+                deadline = time.monotonic() + BROWSE_WAIT_S
+                while len(messages) < limit and time.monotonic() < deadline:
+                    batch = consumer.consume(min(limit - len(messages), 500), 0.5)
+                    for m in batch:
+                        if m.error() is not None:
+                            if m.error().code() == KafkaError._PARTITION_EOF:
+                                continue
+                            raise _failed(f"read {topic}-{partition}", KafkaException(m.error()))
+                        kind, ts = m.timestamp()
+                        messages.append(Message(
+                            m.partition(), m.offset(), ts, {1: "CreateTime", 2: "LogAppendTime"}.get(kind, "None"),
+                            _b64(m.key()), _b64(m.value()),
+                            [Header(k, _b64(v)) for k, v in (m.headers() or [])]))
+                    if messages and messages[-1].offset >= high - 1:
+                        break
+            return MessagePage(topic, partition, start, messages[:limit], high)
+        finally:
+            consumer.close()
+
+    async def produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
+                      headers: list[tuple[str, bytes]]) -> Produced:
+        if self._producer is None:
+            self._producer = Producer(self._settings(**{"linger.ms": 0, "message.timeout.ms": int(TIMEOUT_S * 1000)}))
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Produced] = loop.create_future()
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            result: Produced | ConsoleError = (
+                _failed(f"produce to {topic!r}", KafkaException(err)) if err is not None
+                else Produced(msg.topic(), msg.partition(), msg.offset()))
+            loop.call_soon_threadsafe(
+                lambda: done.done() or (done.set_exception(result) if isinstance(result, ConsoleError)
+                                        else done.set_result(result)))
+
+        kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers, "on_delivery": delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        try:
+            self._producer.produce(topic, **kwargs)
+        except (KafkaException, BufferError) as e:
+            raise _failed(f"produce to {topic!r}", e) from None
+        await asyncio.to_thread(self._producer.flush, TIMEOUT_S)
+        return await asyncio.wait_for(done, TIMEOUT_S)
+
+    # ---------------------------------------------------------------- groups
+
+    async def groups(self) -> list[GroupSummary]:
+        listed = await _answer("list groups", self.admin.list_consumer_groups(request_timeout=TIMEOUT_S))
+        ids = sorted(g.group_id for g in listed.valid)
+        if not ids:
+            return []
+        described = self.admin.describe_consumer_groups(ids, request_timeout=TIMEOUT_S)
+        found = []
+        for gid in ids:
+            d = await _answer(f"describe group {gid!r}", described[gid])
+            found.append(GroupSummary(gid, d.state.name if d.state else "UNKNOWN",
+                                      getattr(getattr(d, "type", None), "name", "CLASSIC"), len(d.members)))
+        return found
+
+    async def _committed(self, group_id: str) -> dict[tuple[str, int], int]:
+        futures = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)],
+                                                         request_timeout=TIMEOUT_S)
+        answer = await _answer(f"offsets of group {group_id!r}", futures[group_id])
+        return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+
+    async def _lags(self, committed: dict[tuple[str, int], int]) -> list[PartitionLag]:
+        latest = await self._offsets(sorted(committed), OffsetSpec.latest())
+        return [PartitionLag(t, p, c, latest[t, p], max(latest[t, p] - c, 0))
+                for (t, p), c in sorted(committed.items())]
+
+    async def group(self, group_id: str) -> GroupDetail:
+        d = await _answer(f"describe group {group_id!r}",
+                          self.admin.describe_consumer_groups([group_id], request_timeout=TIMEOUT_S)[group_id])
+        state = d.state.name if d.state else "UNKNOWN"
+        if state == "DEAD":
+            raise ConsoleError(404, f"group {group_id!r} does not exist")
+        members = [Member(m.member_id, m.client_id, m.host, m.group_instance_id,
+                          sorted(f"{tp.topic}-{tp.partition}" for tp in (m.assignment.topic_partitions
+                                                                         if m.assignment else [])))
+                   for m in d.members]
+        return GroupDetail(group_id, state, getattr(getattr(d, "type", None), "name", "CLASSIC"),
+                           d.partition_assignor or "", d.coordinator.id if d.coordinator else -1, members,
+                           await self._lags(await self._committed(group_id)))
+
+    async def reset_offsets(self, group_id: str, topic: str, to: ResetTo, value: int | None) -> list[PartitionLag]:
+        leaders = (await self._partitions(topic)).get(topic)
+        if leaders is None:
+            raise ConsoleError(404, f"topic {topic!r} does not exist")
+        parts = [(topic, p) for p in sorted(leaders)]
+        earliest = await self._offsets(parts, OffsetSpec.earliest())
+        latest = await self._offsets(parts, OffsetSpec.latest())
+        if to == "timestamp":
+            assert value is not None
+            at = await self._offsets(parts, OffsetSpec.for_timestamp(value))
+            plan = {tp: latest[tp] if at[tp] < 0 else at[tp] for tp in parts}
+        else:
+            plan = {tp: earliest[tp] if to == "earliest" else latest[tp] if to == "latest" else int(value or 0)
+                    for tp in parts}
+        plan = {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in plan.items()}  # as Kafka's tool clamps
+        request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p, o) for (t, p), o in plan.items()])
+        futures = self.admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)
+        answer = await _answer(f"reset offsets of group {group_id!r}", futures[group_id])
+        # Each partition answers for itself: the future succeeds even when the group refused every offset.
+        refused = next((tp.error for tp in answer.topic_partitions if tp.error is not None), None)
+        if refused is not None:
+            failed = _failed(f"reset offsets of group {group_id!r}", KafkaException(refused))
+            if refused.code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
+                failed.message += " (the group has members: only an empty group's offsets can be reset)"
+            raise failed
+        return await self._lags(plan)
+
+    async def delete_group(self, group_id: str) -> None:
+        futures = self.admin.delete_consumer_groups([group_id], request_timeout=TIMEOUT_S)
+        await _answer(f"delete group {group_id!r}", futures[group_id])

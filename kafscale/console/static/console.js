@@ -1,0 +1,318 @@
+// The Kafscale console: one page, no framework, nothing loaded from elsewhere. Every value shown is put in
+// with textContent (never as HTML), so a topic or a message cannot inject markup.
+"use strict";
+
+const REFRESH_MS = 5000;
+let csrf = null;
+let timer = null;
+let current = null; // the page on screen: {refresh(), stop?()}
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (v === true) el.setAttribute(k, "");
+    else if (v !== false && v !== null && v !== undefined) el.setAttribute(k, v);
+  }
+  for (const c of children.flat()) el.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+  return el;
+}
+
+function table(headers, rows, testid) {
+  return h("table", {"data-testid": testid},
+    h("thead", {}, h("tr", {}, headers.map(([label, cls]) => h("th", {class: cls || ""}, label)))),
+    h("tbody", {}, rows.map(r => h("tr", {}, r.map((cell, i) =>
+      h("td", {class: headers[i][1] || ""}, cell))))));
+}
+
+async function api(method, path, body) {
+  const init = {method, headers: {}, credentials: "same-origin"};
+  if (method !== "GET") init.headers["X-CSRF-Token"] = csrf || "";
+  if (body !== undefined) { init.headers["Content-Type"] = "application/json"; init.body = JSON.stringify(body); }
+  const res = await fetch(path, init);
+  const data = await res.json().catch(() => ({error: `HTTP ${res.status}`}));
+  if (res.status === 401 && path !== "/api/login") { showLogin(); throw new Error(data.error); }
+  if (!res.ok) throw new Error(data.error || `HTTP ${res.status}`);
+  return data;
+}
+
+function flash(text, bad) {
+  const el = document.getElementById("flash");
+  el.textContent = text;
+  el.className = bad ? "flash bad" : "flash";
+  el.hidden = false;
+}
+
+async function act(what, fn) {
+  try { const r = await fn(); flash(what); if (current) current.refresh(); return r; }
+  catch (e) { flash(e.message, true); return null; }
+}
+
+function pairs(text) { // "a=b" lines to an object
+  const out = {};
+  for (const line of text.split("\n")) {
+    const i = line.indexOf("=");
+    if (line.trim() && i > 0) out[line.slice(0, i).trim()] = line.slice(i + 1).trim();
+  }
+  return out;
+}
+
+function decode(b64, how) {
+  if (b64 === null || b64 === undefined) return h("span", {class: "muted"}, "null");
+  const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+  if (how === "hex") return h("pre", {}, Array.from(bytes, b => b.toString(16).padStart(2, "0")).join(" "));
+  const text = new TextDecoder("utf-8", {fatal: false}).decode(bytes);
+  if (how === "json") {
+    try { return h("pre", {}, JSON.stringify(JSON.parse(text), null, 2)); }
+    catch { return h("pre", {class: "error"}, "not JSON: " + text); }
+  }
+  return h("pre", {}, text);
+}
+
+function sparkline(values, testid) { // an SVG line of the last values (lag over time)
+  if (values.length === 1) values = [values[0], values[0]]; // one sample: a level line
+  const w = 320, ht = 60, max = Math.max(1, ...values);
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", w); svg.setAttribute("height", ht); svg.setAttribute("class", "chart");
+  svg.setAttribute("data-testid", testid);
+  const pts = values.map((v, i) => `${(i / Math.max(1, values.length - 1)) * (w - 4) + 2},${ht - 2 - (v / max) * (ht - 4)}`);
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", pts.join(" ")); line.setAttribute("fill", "none");
+  line.setAttribute("stroke", "#2f6fde"); line.setAttribute("stroke-width", "2");
+  svg.append(line);
+  return svg;
+}
+
+function confirmDelete(what, name, doDelete) { // the name typed again, as the API asks
+  const input = h("input", {placeholder: `type ${name} to confirm`, "data-testid": "confirm-name"});
+  return h("form", {class: "inline", onsubmit: async e => {
+    e.preventDefault();
+    if (input.value !== name) { flash(`type the ${what}'s name to delete it`, true); return; }
+    await doDelete();
+  }}, input, h("button", {class: "danger", type: "submit", "data-testid": "delete"}, `Delete ${what}`));
+}
+
+// ---------------------------------------------------------------- pages
+
+const pages = {
+  overview(main) {
+    const body = h("div");
+    main.append(h("h1", {}, "Overview"), body);
+    return {async refresh() {
+      const o = await api("GET", "/api/overview");
+      const shards = o.nodes.flatMap(n => n.shards);
+      const status = o.shards || {};
+      body.replaceChildren(
+        h("div", {class: "cards"},
+          h("div", {class: "card"}, h("b", {"data-testid": "node-count"}, String(o.nodes.length)), "nodes"),
+          h("div", {class: "card"}, h("b", {"data-testid": "shard-count"},
+            `${shards.filter(s => s.live).length}/${shards.length}`), "shards live"),
+          h("div", {class: "card"}, h("b", {}, o.controller ? `pid ${o.controller.pid}` : "-"), "controller"),
+          h("div", {class: "card"}, h("b", {}, o.metadata ? String(o.metadata.revision) : "-"),
+            "metadata revision")),
+        h("h2", {}, "Shards"),
+        table([["shard"], ["node"], ["address"], ["live"], ["S3"], ["connections", "num"], ["partitions", "num"],
+               ["groups", "num"]],
+          shards.map(s => [String(s.id), s.node_ip || s.node_id || "-", `${s.host}:${s.port}`,
+            s.live ? (s.draining ? "draining" : "yes") : "no", (status[s.id] || {}).s3 || "-",
+            String((status[s.id] || {}).connections ?? "-"), String(s.partitions.length),
+            String(s.groups.length)]), "shards"),
+        o.autoscaler && o.autoscaler.last ? h("p", {"data-testid": "autoscaler"},
+          `Autoscaler: ${o.autoscaler.last.shards} shards, wants ${o.autoscaler.last.desired}: ` +
+          o.autoscaler.last.reason) : "");
+    }};
+  },
+
+  topics(main) {
+    const list = h("div");
+    const name = h("input", {name: "name", required: true, "data-testid": "new-topic-name"});
+    const parts = h("input", {name: "partitions", type: "number", min: "1", value: "1", "data-testid": "new-topic-partitions"});
+    const configs = h("textarea", {name: "configs", rows: "2", placeholder: "cleanup.policy=compact"});
+    main.append(h("h1", {}, "Topics"),
+      h("form", {class: "inline", "data-testid": "create-topic", onsubmit: e => { e.preventDefault();
+        act(`created topic ${name.value}`, () => api("POST", "/api/topics",
+          {name: name.value, partitions: Number(parts.value), configs: pairs(configs.value)})); }},
+        h("label", {}, "Name", name), h("label", {}, "Partitions", parts), h("label", {}, "Configs", configs),
+        h("button", {type: "submit"}, "Create topic")),
+      list);
+    return {async refresh() {
+      const topics = await api("GET", "/api/topics");
+      list.replaceChildren(table([["topic"], ["partitions", "num"], ["records", "num"]],
+        topics.map(t => [h("a", {href: `#/topics/${encodeURIComponent(t.name)}`}, t.name), String(t.partitions),
+                         String(t.records)]), "topics"));
+    }};
+  },
+
+  topic(main, name) {
+    const parts = h("div"), configs = h("div"), msgs = h("div");
+    const partition = h("input", {type: "number", min: "0", value: "0", "data-testid": "browse-partition"});
+    const from = h("select", {}, h("option", {value: "offset"}, "from offset"),
+                   h("option", {value: "timestamp"}, "from timestamp (ms)"));
+    const at = h("input", {placeholder: "earliest", "data-testid": "browse-at"});
+    const limit = h("input", {type: "number", min: "1", max: "500", value: "50"});
+    const decodeAs = h("select", {"data-testid": "decode"}, ["text", "json", "hex"].map(v => h("option", {value: v}, v)));
+    let page = null;
+    const showMessages = () => {
+      if (!page) return;
+      const how = decodeAs.value;
+      msgs.replaceChildren(h("p", {class: "muted"}, `${page.messages.length} message(s) from offset ${page.start}` +
+        ` of partition ${page.partition} (latest ${page.latest})`),
+        table([["offset", "num"], ["timestamp"], ["key"], ["value"], ["headers"]],
+          page.messages.map(m => [String(m.offset), new Date(m.timestamp).toISOString(), decode(m.key, how),
+            decode(m.value, how), h("div", {}, m.headers.map(x => h("div", {}, `${x.key}: `, decode(x.value, "text"))))]),
+          "messages"));
+    };
+    const browse = async () => {
+      const q = new URLSearchParams({limit: limit.value});
+      if (at.value !== "") q.set(from.value, at.value);
+      try {
+        page = await api("GET", `/api/topics/${encodeURIComponent(name)}/partitions/${partition.value}/messages?${q}`);
+        showMessages();
+      } catch (e) { flash(e.message, true); }
+    };
+    decodeAs.addEventListener("change", showMessages);
+    const pKey = h("input", {"data-testid": "produce-key"}), pValue = h("textarea", {rows: "2", "data-testid": "produce-value"});
+    const pPart = h("input", {type: "number", min: "0", placeholder: "any"}), pHeaders = h("textarea", {rows: "1", placeholder: "k=v"});
+    const setName = h("input", {placeholder: "retention.ms"}), setValue = h("input", {});
+    main.append(h("h1", {}, `Topic ${name}`), parts,
+      h("h2", {}, "Messages"),
+      h("form", {class: "inline", "data-testid": "browse", onsubmit: e => { e.preventDefault(); browse(); }},
+        h("label", {}, "Partition", partition), h("label", {}, "From", from), h("label", {}, "At", at),
+        h("label", {}, "Limit", limit), h("label", {}, "Show as", decodeAs), h("button", {type: "submit"}, "Read")),
+      msgs,
+      h("h2", {}, "Produce a test message"),
+      h("form", {class: "inline", "data-testid": "produce", onsubmit: e => { e.preventDefault();
+        act("produced", () => api("POST", `/api/topics/${encodeURIComponent(name)}/messages`, {key: pKey.value || null,
+            value: pValue.value, partition: pPart.value === "" ? null : Number(pPart.value), headers: pairs(pHeaders.value)}))
+          .then(r => r && flash(`produced to partition ${r.partition} at offset ${r.offset}`)); }},
+        h("label", {}, "Key", pKey), h("label", {}, "Value", pValue), h("label", {}, "Partition", pPart),
+        h("label", {}, "Headers", pHeaders), h("button", {type: "submit"}, "Produce")),
+      h("h2", {}, "Configs"),
+      h("form", {class: "inline", onsubmit: e => { e.preventDefault();
+        act(`set ${setName.value}`, () => api("PATCH", `/api/topics/${encodeURIComponent(name)}/configs`,
+          {set: {[setName.value]: setValue.value}})); }},
+        h("label", {}, "Config", setName), h("label", {}, "Value", setValue), h("button", {type: "submit"}, "Set")),
+      configs,
+      h("h2", {}, "Delete"),
+      confirmDelete("topic", name, () => act(`deleted topic ${name}`, async () => {
+        await api("DELETE", `/api/topics/${encodeURIComponent(name)}?confirm=${encodeURIComponent(name)}`);
+        location.hash = "#/topics";
+      })));
+    return {async refresh() {
+      const t = await api("GET", `/api/topics/${encodeURIComponent(name)}`);
+      parts.replaceChildren(table([["partition", "num"], ["leader", "num"], ["earliest", "num"], ["latest", "num"]],
+        t.partitions.map(p => [String(p.partition), String(p.leader), String(p.earliest), String(p.latest)]),
+        "partitions"));
+      configs.replaceChildren(table([["config"], ["value"], ["source"]],
+        t.configs.map(c => [c.name, c.sensitive ? "(sensitive)" : (c.value ?? ""), c.source]), "configs"));
+    }};
+  },
+
+  groups(main) {
+    const list = h("div");
+    main.append(h("h1", {}, "Consumer groups"), list);
+    return {async refresh() {
+      const groups = await api("GET", "/api/groups");
+      list.replaceChildren(groups.length ? table([["group"], ["state"], ["type"], ["members", "num"]],
+        groups.map(g => [h("a", {href: `#/groups/${encodeURIComponent(g.group_id)}`}, g.group_id), g.state, g.type,
+                         String(g.members)]), "groups") : h("p", {class: "muted"}, "no groups"));
+    }};
+  },
+
+  group(main, id) {
+    const info = h("div"), members = h("div"), offsets = h("div"), chart = h("div");
+    const lags = [];
+    const topic = h("input", {required: true, "data-testid": "reset-topic"});
+    const to = h("select", {"data-testid": "reset-to"}, ["earliest", "latest", "offset", "timestamp"].map(v => h("option", {value: v}, v)));
+    const value = h("input", {placeholder: "offset or timestamp (ms)"});
+    main.append(h("h1", {}, `Group ${id}`), info, chart, h("h2", {}, "Members"), members,
+      h("h2", {}, "Committed offsets and lag"), offsets,
+      h("h2", {}, "Reset offsets"), h("p", {class: "muted"}, "Only an empty group's offsets can be reset (stop its consumers first)."),
+      h("form", {class: "inline", "data-testid": "reset", onsubmit: e => { e.preventDefault();
+        act(`reset offsets of ${id} on ${topic.value}`, () => api("POST", `/api/groups/${encodeURIComponent(id)}/reset-offsets`,
+          {topic: topic.value, to: to.value, value: value.value === "" ? null : Number(value.value)})); }},
+        h("label", {}, "Topic", topic), h("label", {}, "To", to), h("label", {}, "Value", value),
+        h("button", {type: "submit"}, "Reset")),
+      h("h2", {}, "Delete"),
+      confirmDelete("group", id, () => act(`deleted group ${id}`, async () => {
+        await api("DELETE", `/api/groups/${encodeURIComponent(id)}?confirm=${encodeURIComponent(id)}`);
+        location.hash = "#/groups";
+      })));
+    return {async refresh() {
+      const g = await api("GET", `/api/groups/${encodeURIComponent(id)}`);
+      lags.push(g.total_lag); if (lags.length > 60) lags.shift();
+      info.replaceChildren(h("p", {"data-testid": "group-state"},
+        `${g.state} · ${g.type} · ${g.protocol || "no assignor"} · coordinator ${g.coordinator} · total lag `,
+        h("b", {"data-testid": "total-lag"}, String(g.total_lag))));
+      chart.replaceChildren(h("p", {class: "muted"}, "Total lag, last refreshes"), sparkline(lags, "lag-chart"));
+      members.replaceChildren(g.members.length ? table([["member"], ["client"], ["host"], ["assignment"]],
+        g.members.map(m => [m.member_id, m.client_id, m.host, m.assignment.join(", ")]), "members")
+        : h("p", {class: "muted"}, "no members"));
+      offsets.replaceChildren(table([["topic"], ["partition", "num"], ["committed", "num"], ["latest", "num"], ["lag", "num"]],
+        g.offsets.map(o => [o.topic, String(o.partition), String(o.committed ?? "-"), String(o.latest), String(o.lag ?? "-")]),
+        "offsets"));
+    }};
+  },
+};
+
+// ---------------------------------------------------------------- routing and login
+
+async function route() {
+  if (timer) clearInterval(timer);
+  const [, page, arg] = (location.hash || "#/overview").split("/");
+  const main = document.getElementById("page");
+  main.replaceChildren();
+  document.getElementById("flash").hidden = true;
+  const name = arg ? decodeURIComponent(arg) : null;
+  const kind = name ? page.replace(/s$/, "") : page;
+  const make = pages[kind] || pages.overview;
+  document.querySelectorAll("nav a[data-page]").forEach(a => a.classList.toggle("active", a.dataset.page === page));
+  current = make(main, name);
+  const refresh = current.refresh.bind(current);
+  current.refresh = async () => { try { await refresh(); } catch (e) { flash(e.message, true); } };
+  await current.refresh();
+  timer = setInterval(() => current.refresh(), REFRESH_MS);
+}
+
+function showLogin(disabled) {
+  if (timer) clearInterval(timer);
+  document.getElementById("app").hidden = true;
+  document.getElementById("login").hidden = false;
+  const warning = document.getElementById("login-disabled");
+  if (disabled) { warning.textContent = disabled; warning.hidden = false; }
+}
+
+function showApp(session) {
+  csrf = session.csrf;
+  document.getElementById("login").hidden = true;
+  document.getElementById("app").hidden = false;
+  document.getElementById("whoami").textContent = session.username;
+  const ray = document.getElementById("ray-dashboard");
+  if (session.links && session.links.ray_dashboard) { ray.href = session.links.ray_dashboard; ray.hidden = false; }
+  route();
+}
+
+async function start() {
+  const session = await api("GET", "/api/session");
+  if (session.logged_in) showApp(session); else showLogin(session.login_disabled);
+  document.getElementById("login-form").addEventListener("submit", async e => {
+    e.preventDefault();
+    const err = document.getElementById("login-error");
+    err.textContent = "";
+    try {
+      const s = await api("POST", "/api/login", {username: document.getElementById("username").value,
+                                                 password: document.getElementById("password").value});
+      const again = await api("GET", "/api/session");
+      showApp({...s, links: again.links});
+    } catch (ex) { err.textContent = ex.message; }
+  });
+  document.getElementById("logout").addEventListener("click", async () => {
+    await api("POST", "/api/logout").catch(() => null);
+    csrf = null;
+    showLogin();
+  });
+  window.addEventListener("hashchange", () => { if (csrf) route(); });
+}
+
+start();

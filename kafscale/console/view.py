@@ -1,0 +1,156 @@
+"""What the console's pages show, as typed results, and the interface the API reads and changes the cluster by.
+
+The API (api.py) knows only `ClusterView`; kafka_view.py implements it with Kafka clients. Every failure the
+cluster answers with becomes a `ConsoleError` naming the thing, with the HTTP status the API answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+ResetTo = Literal["earliest", "latest", "offset", "timestamp"]
+
+
+class ConsoleError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    partition: int
+    leader: int
+    earliest: int
+    latest: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSummary:
+    name: str
+    partitions: int
+    records: int  # latest minus earliest offsets, summed: what is readable (markers and compaction aside)
+    internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str
+    is_default: bool
+    sensitive: bool
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDetail:
+    name: str
+    partitions: list[PartitionState]
+    configs: list[ConfigEntry]
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    key: str
+    value: str | None  # base64
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: str
+    key: str | None  # base64: the page decodes it as text, JSON or hex
+    value: str | None
+    headers: list[Header]
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    topic: str
+    partition: int
+    start: int  # the offset the page begins at (for a timestamp, the first record at or after it)
+    messages: list[Message]
+    latest: int
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    group_id: str
+    state: str
+    type: str
+    members: int
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    member_id: str
+    client_id: str
+    host: str
+    instance_id: str | None
+    assignment: list[str]  # "topic-partition"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int | None
+    latest: int
+    lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDetail:
+    group_id: str
+    state: str
+    type: str
+    protocol: str
+    coordinator: int
+    members: list[Member]
+    offsets: list[PartitionLag] = field(default_factory=list)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(o.lag or 0 for o in self.offsets)
+
+
+class ClusterView(Protocol):
+    async def overview(self) -> dict[str, Any]: ...
+
+    async def topics(self) -> list[TopicSummary]: ...
+
+    async def topic(self, name: str) -> TopicDetail: ...
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None: ...
+
+    async def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> None: ...
+
+    async def delete_topic(self, name: str) -> None: ...
+
+    async def messages(self, topic: str, partition: int, *, offset: int | None, timestamp: int | None,
+                       limit: int) -> MessagePage: ...
+
+    async def produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
+                      headers: list[tuple[str, bytes]]) -> Produced: ...
+
+    async def groups(self) -> list[GroupSummary]: ...
+
+    async def group(self, group_id: str) -> GroupDetail: ...
+
+    async def reset_offsets(self, group_id: str, topic: str, to: ResetTo, value: int | None) -> list[PartitionLag]: ...
+
+    async def delete_group(self, group_id: str) -> None: ...
+
+    def close(self) -> None: ...

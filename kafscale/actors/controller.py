@@ -56,7 +56,7 @@ CONTROLLER_NAME = "kafscale-controller"
 METADATA_ACTOR_NAME = "kafscale-metadata"
 RECONCILE_S = 1.0
 STARTUP_GRACE_S = 30.0  # a wanted shard that never registered is given this long before its work moves
-STATUS_TIMEOUT_S = 2.0
+STATUS_TIMEOUT_S = 5.0  # a shard that does not answer the console's overview by then is shown without its report
 RESTARTED_GRACE_S = 6.0  # after a controller restart, for shards not live at its first round
 ADVERTISED_HOST_LABEL = "kafscale-advertised-host"
 SHARDS_LABEL = "kafscale-shards"
@@ -109,7 +109,8 @@ class Controller:
         watch = asyncio.get_running_loop().create_task(self._watch_leases(self.meta))
         compaction = self._start_compaction(self.meta)
         try:
-            self.console = await start_console(self.config, self.console_env, lambda: self.bootstrap, self.overview)
+            self.console = await start_console(self.config, self.console_env, lambda: self.bootstrap, self.overview,
+                                               placement=self)
         except Exception:
             log.exception("controller: the console did not start (console_listen %s)", self.config.console_listen)
         try:
@@ -351,11 +352,26 @@ class Controller:
     async def overview(self) -> dict[str, Any]:
         """The console's overview: the layout, this controller, and each live shard's own report."""
         handles = [h for s, h in self.actors.by_shard().items() if s in self.live]
-        answers = await asyncio.gather(*(asyncio.wait_for(h.status.remote(), STATUS_TIMEOUT_S) for h in handles),
+
+        async def report(h: Any) -> dict[str, Any]:
+            status, load = await asyncio.gather(h.status.remote(), h.load.remote())
+            return {**status, "busy": round(load.busy, 3), "bytes_in_per_s": round(load.bytes_in),
+                    "bytes_out_per_s": round(load.bytes_out), "requests_per_s": round(load.requests, 1)}
+
+        answers = await asyncio.gather(*(asyncio.wait_for(report(h), STATUS_TIMEOUT_S) for h in handles),
                                        return_exceptions=True)  # a shard that does not answer is left out
         shards = {a["shard"]: a for a in answers if isinstance(a, dict)}
-        return {**await self.info(), "shards": shards,
+        return {**await self.info(), "shards": shards, "metadata_store": await self._store_health(),
                 "autoscaler": self.scaler.report() if self.scaler is not None else None}
+
+    async def _store_health(self) -> str:
+        try:
+            await asyncio.wait_for((await self._store()).get(keys.CLUSTER), STATUS_TIMEOUT_S)
+            return "ok"
+        except TimeoutError:
+            return f"no answer within {STATUS_TIMEOUT_S}s"
+        except Exception as e:
+            return f"failed: {e}"
 
     def console_url(self) -> str:
         return self.console.url if self.console is not None else ""

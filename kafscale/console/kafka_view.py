@@ -33,7 +33,10 @@ from confluent_kafka.admin import (
     ConfigEntry as KafkaConfigEntry,
 )
 
+from kafscale.console import kafka_security as security
+from kafscale.console.answers import TIMEOUT_S, answer_of, failed
 from kafscale.console.view import (
+    AclEntry,
     ConfigEntry,
     ConsoleError,
     GroupDetail,
@@ -44,26 +47,16 @@ from kafscale.console.view import (
     MessagePage,
     PartitionLag,
     PartitionState,
+    Placement,
+    PlannedMove,
     Produced,
     ResetTo,
+    ScramUser,
     TopicDetail,
     TopicSummary,
 )
 
-TIMEOUT_S = 15.0
 BROWSE_WAIT_S = 5.0  # a page of messages is answered with what arrived by then
-# Kafka's answers, as the HTTP status the console gives them.
-STATUS = {
-    KafkaError.UNKNOWN_TOPIC_OR_PART: 404, KafkaError.GROUP_ID_NOT_FOUND: 404,
-    KafkaError.TOPIC_ALREADY_EXISTS: 409, KafkaError.NON_EMPTY_GROUP: 409,
-    KafkaError.UNKNOWN_MEMBER_ID: 409, KafkaError.REBALANCE_IN_PROGRESS: 409,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED: 403, KafkaError.GROUP_AUTHORIZATION_FAILED: 403,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED: 403,
-    KafkaError.TOPIC_EXCEPTION: 400, KafkaError.INVALID_PARTITIONS: 400,
-    KafkaError.INVALID_CONFIG: 400, KafkaError.INVALID_REPLICATION_FACTOR: 400,
-    KafkaError.POLICY_VIOLATION: 400, KafkaError.INVALID_REQUEST: 400, KafkaError.MSG_SIZE_TOO_LARGE: 400,
-    KafkaError.RECORD_LIST_TOO_LARGE: 400, KafkaError.INVALID_RECORD: 400,
-}
 
 
 def read_client_config(path: str) -> dict[str, str]:
@@ -82,32 +75,17 @@ def read_client_config(path: str) -> dict[str, str]:
     return settings
 
 
-def _failed(what: str, e: BaseException) -> ConsoleError:
-    error = e.args[0] if isinstance(e, KafkaException) and e.args else None
-    if isinstance(error, KafkaError):
-        return ConsoleError(STATUS.get(error.code(), 502), f"{what}: {error.name()}: {error.str()}")
-    return ConsoleError(502, f"{what}: {e}")
-
-
-async def _answer(what: str, fut: Any) -> Any:
-    try:
-        return await asyncio.wait_for(asyncio.wrap_future(fut), TIMEOUT_S)
-    except TimeoutError:
-        raise ConsoleError(504, f"{what}: no answer from the cluster within {TIMEOUT_S:.0f}s") from None
-    except KafkaException as e:
-        raise _failed(what, e) from None
-
-
 def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode()
 
 
 class KafkaClusterView:
     def __init__(self, bootstrap: Callable[[], str], client_config: dict[str, str],
-                 overview: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+                 overview: Callable[[], Awaitable[dict[str, Any]]], placement: Placement | None = None) -> None:
         self._bootstrap = bootstrap
         self._client_config = client_config
         self._overview = overview
+        self._placement = placement  # None beside a broker without a controller: moves are refused
         self._admin: AdminClient | None = None
         self._producer: Producer | None = None
 
@@ -139,7 +117,7 @@ class KafkaClusterView:
         for name, t in md.topics.items():
             if t.error is not None:
                 if topic is not None:
-                    raise _failed(f"topic {topic!r}", KafkaException(t.error))
+                    raise failed(f"topic {topic!r}", KafkaException(t.error))
                 continue
             found[name] = {p: pm.leader for p, pm in t.partitions.items()}
         return found
@@ -149,7 +127,7 @@ class KafkaClusterView:
             return {}
         futures = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in parts},
                                           request_timeout=TIMEOUT_S)
-        return {(tp.topic, tp.partition): (await _answer(f"offsets of {tp.topic}-{tp.partition}", f)).offset
+        return {(tp.topic, tp.partition): (await answer_of(f"offsets of {tp.topic}-{tp.partition}", f)).offset
                 for tp, f in futures.items()}
 
     async def topics(self) -> list[TopicSummary]:
@@ -168,7 +146,7 @@ class KafkaClusterView:
         earliest = await self._offsets(parts, OffsetSpec.earliest())
         latest = await self._offsets(parts, OffsetSpec.latest())
         resource = ConfigResource("TOPIC", name)
-        entries = await _answer(f"configs of topic {name!r}", self.admin.describe_configs([resource])[resource])
+        entries = await answer_of(f"configs of topic {name!r}", self.admin.describe_configs([resource])[resource])
         configs = [ConfigEntry(e.name, e.value, e.source and str(getattr(e.source, "name", e.source)),
                                bool(e.is_default), bool(e.is_sensitive), bool(e.is_read_only))
                    for e in sorted(entries.values(), key=lambda e: e.name)]
@@ -178,16 +156,16 @@ class KafkaClusterView:
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         fut = self.admin.create_topics([NewTopic(name, partitions, -1, config=configs)],
                                        request_timeout=TIMEOUT_S)[name]
-        await _answer(f"create topic {name!r}", fut)
+        await answer_of(f"create topic {name!r}", fut)
 
     async def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> None:
         ops = [KafkaConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in set_configs.items()]
         ops += [KafkaConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete]
         resource = ConfigResource("TOPIC", name, incremental_configs=ops)
-        await _answer(f"alter configs of topic {name!r}", self.admin.incremental_alter_configs([resource])[resource])
+        await answer_of(f"alter configs of topic {name!r}", self.admin.incremental_alter_configs([resource])[resource])
 
     async def delete_topic(self, name: str) -> None:
-        await _answer(f"delete topic {name!r}", self.admin.delete_topics([name], request_timeout=TIMEOUT_S)[name])
+        await answer_of(f"delete topic {name!r}", self.admin.delete_topics([name], request_timeout=TIMEOUT_S)[name])
 
     # ---------------------------------------------------------------- messages
 
@@ -221,7 +199,7 @@ class KafkaClusterView:
                         if m.error() is not None:
                             if m.error().code() == KafkaError._PARTITION_EOF:
                                 continue
-                            raise _failed(f"read {topic}-{partition}", KafkaException(m.error()))
+                            raise failed(f"read {topic}-{partition}", KafkaException(m.error()))
                         kind, ts = m.timestamp()
                         messages.append(Message(
                             m.partition(), m.offset(), ts, {1: "CreateTime", 2: "LogAppendTime"}.get(kind, "None"),
@@ -242,7 +220,7 @@ class KafkaClusterView:
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
             result: Produced | ConsoleError = (
-                _failed(f"produce to {topic!r}", KafkaException(err)) if err is not None
+                failed(f"produce to {topic!r}", KafkaException(err)) if err is not None
                 else Produced(msg.topic(), msg.partition(), msg.offset()))
             loop.call_soon_threadsafe(
                 lambda: done.done() or (done.set_exception(result) if isinstance(result, ConsoleError)
@@ -254,21 +232,21 @@ class KafkaClusterView:
         try:
             self._producer.produce(topic, **kwargs)
         except (KafkaException, BufferError) as e:
-            raise _failed(f"produce to {topic!r}", e) from None
+            raise failed(f"produce to {topic!r}", e) from None
         await asyncio.to_thread(self._producer.flush, TIMEOUT_S)
         return await asyncio.wait_for(done, TIMEOUT_S)
 
     # ---------------------------------------------------------------- groups
 
     async def groups(self) -> list[GroupSummary]:
-        listed = await _answer("list groups", self.admin.list_consumer_groups(request_timeout=TIMEOUT_S))
+        listed = await answer_of("list groups", self.admin.list_consumer_groups(request_timeout=TIMEOUT_S))
         ids = sorted(g.group_id for g in listed.valid)
         if not ids:
             return []
         described = self.admin.describe_consumer_groups(ids, request_timeout=TIMEOUT_S)
         found = []
         for gid in ids:
-            d = await _answer(f"describe group {gid!r}", described[gid])
+            d = await answer_of(f"describe group {gid!r}", described[gid])
             found.append(GroupSummary(gid, d.state.name if d.state else "UNKNOWN",
                                       getattr(getattr(d, "type", None), "name", "CLASSIC"), len(d.members)))
         return found
@@ -276,7 +254,7 @@ class KafkaClusterView:
     async def _committed(self, group_id: str) -> dict[tuple[str, int], int]:
         futures = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)],
                                                          request_timeout=TIMEOUT_S)
-        answer = await _answer(f"offsets of group {group_id!r}", futures[group_id])
+        answer = await answer_of(f"offsets of group {group_id!r}", futures[group_id])
         return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
 
     async def _lags(self, committed: dict[tuple[str, int], int]) -> list[PartitionLag]:
@@ -285,7 +263,7 @@ class KafkaClusterView:
                 for (t, p), c in sorted(committed.items())]
 
     async def group(self, group_id: str) -> GroupDetail:
-        d = await _answer(f"describe group {group_id!r}",
+        d = await answer_of(f"describe group {group_id!r}",
                           self.admin.describe_consumer_groups([group_id], request_timeout=TIMEOUT_S)[group_id])
         state = d.state.name if d.state else "UNKNOWN"
         if state == "DEAD":
@@ -315,16 +293,60 @@ class KafkaClusterView:
         plan = {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in plan.items()}  # as Kafka's tool clamps
         request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p, o) for (t, p), o in plan.items()])
         futures = self.admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)
-        answer = await _answer(f"reset offsets of group {group_id!r}", futures[group_id])
+        answer = await answer_of(f"reset offsets of group {group_id!r}", futures[group_id])
         # Each partition answers for itself: the future succeeds even when the group refused every offset.
         refused = next((tp.error for tp in answer.topic_partitions if tp.error is not None), None)
         if refused is not None:
-            failed = _failed(f"reset offsets of group {group_id!r}", KafkaException(refused))
+            refusal = failed(f"reset offsets of group {group_id!r}", KafkaException(refused))
             if refused.code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
-                failed.message += " (the group has members: only an empty group's offsets can be reset)"
-            raise failed
+                refusal.message += " (the group has members: only an empty group's offsets can be reset)"
+            raise refusal
         return await self._lags(plan)
 
     async def delete_group(self, group_id: str) -> None:
         futures = self.admin.delete_consumer_groups([group_id], request_timeout=TIMEOUT_S)
-        await _answer(f"delete group {group_id!r}", futures[group_id])
+        await answer_of(f"delete group {group_id!r}", futures[group_id])
+
+    # ---------------------------------------------------------------- security
+
+    async def users(self) -> list[ScramUser]:
+        return await security.users(self.admin)
+
+    async def upsert_user(self, name: str, mechanism: str, password: str, iterations: int) -> None:
+        await security.upsert_user(self.admin, name, mechanism, password, iterations)
+
+    async def delete_user(self, name: str, mechanism: str) -> None:
+        await security.delete_user(self.admin, name, mechanism)
+
+    async def acls(self) -> list[AclEntry]:
+        return await security.acls(self.admin)
+
+    async def create_acl(self, entry: AclEntry) -> None:
+        await security.create_acl(self.admin, entry)
+
+    async def delete_acl(self, entry: AclEntry) -> int:
+        return await security.delete_acl(self.admin, entry)
+
+    # ---------------------------------------------------------------- placement
+
+    def _controller(self) -> Placement:
+        if self._placement is None:
+            raise ConsoleError(501, "moving partitions needs kafscale serve's controller, which this broker lacks")
+        return self._placement
+
+    async def move_partition(self, topic: str, partition: int, target: int) -> PlannedMove:
+        try:
+            return _planned(await self._controller().move(topic, partition, target))
+        except ValueError as e:
+            raise ConsoleError(400, str(e)) from None
+
+    async def drain_node(self, node: str) -> list[PlannedMove]:
+        try:
+            return [_planned(m) for m in await self._controller().drain(node)]
+        except ValueError as e:
+            raise ConsoleError(400, str(e)) from None
+
+
+def _planned(move: dict[str, Any]) -> PlannedMove:
+    return PlannedMove(move.get("topic"), move.get("partition"), move.get("group_slot"), move["from"], move["to"],
+                       bool(move.get("moved", True)), float(move.get("seconds", 0.0)))

@@ -13,6 +13,7 @@ from kafscale.config import BrokerConfig
 from kafscale.console.api import ConsoleApi
 from kafscale.console.credentials import LoginPolicy
 from kafscale.console.kafka_view import KafkaClusterView, read_client_config
+from kafscale.console.view import Placement
 from kafscale.security.tls import ServerTls, TlsSettings
 
 log = logging.getLogger(__name__)
@@ -61,14 +62,15 @@ class ConsoleServer:
 
 
 async def start_console(config: BrokerConfig, environ: Mapping[str, str], bootstrap: Callable[[], str],
-                        overview: Callable[[], Awaitable[dict[str, Any]]]) -> ConsoleServer | None:
+                        overview: Callable[[], Awaitable[dict[str, Any]]],
+                        placement: Placement | None = None) -> ConsoleServer | None:
     """The console as configured (None with --no-console): HTTPS with the listeners' certificate when there is
     one, logins as `environ` allows (kafscale.console.credentials)."""
     if not config.console:
         return None
     host, port = console_address(config.console_listen)
     tls = ServerTls(TlsSettings(config.ssl_certfile, config.ssl_keyfile)) if config.ssl_certfile else None
-    view = KafkaClusterView(bootstrap, read_client_config(config.console_client_config), overview)
+    view = KafkaClusterView(bootstrap, read_client_config(config.console_client_config), overview, placement)
     links = {"ray_dashboard": f"http://127.0.0.1:{config.dashboard_port}"} if config.dashboard else {}
     api = ConsoleApi(view, LoginPolicy.from_env(environ), secure_cookies=tls is not None, links=links)
     server = ConsoleServer(api, host, port, tls=tls)

@@ -126,6 +126,47 @@ class GroupDetail:
         return sum(o.lag or 0 for o in self.offsets)
 
 
+@dataclass(frozen=True, slots=True)
+class ScramUser:
+    name: str
+    mechanisms: list[str]  # "SCRAM-SHA-256 (4096 iterations)"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AclEntry:
+    """One ACL binding, in Kafka's words (kafka-acls): resource type TOPIC, GROUP, CLUSTER or TRANSACTIONAL_ID;
+    pattern LITERAL or PREFIXED; operation READ, WRITE, ...; permission ALLOW or DENY."""
+
+    resource_type: str
+    resource_name: str
+    pattern_type: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedMove:
+    """A partition's move (topic and partition) or a group slot's (group_slot), from shard to shard."""
+
+    topic: str | None
+    partition: int | None
+    group_slot: int | None
+    source: int
+    target: int
+    moved: bool
+    seconds: float
+
+
+class Placement(Protocol):
+    """What only the controller can do (kafscale.actors.controller): planned moves."""
+
+    async def move(self, topic: str, partition: int, target: int) -> dict[str, Any]: ...
+
+    async def drain(self, node: str) -> list[dict[str, Any]]: ...
+
+
 class ClusterView(Protocol):
     async def overview(self) -> dict[str, Any]: ...
 
@@ -152,5 +193,21 @@ class ClusterView(Protocol):
     async def reset_offsets(self, group_id: str, topic: str, to: ResetTo, value: int | None) -> list[PartitionLag]: ...
 
     async def delete_group(self, group_id: str) -> None: ...
+
+    async def users(self) -> list[ScramUser]: ...
+
+    async def upsert_user(self, name: str, mechanism: str, password: str, iterations: int) -> None: ...
+
+    async def delete_user(self, name: str, mechanism: str) -> None: ...
+
+    async def acls(self) -> list[AclEntry]: ...
+
+    async def create_acl(self, entry: AclEntry) -> None: ...
+
+    async def delete_acl(self, entry: AclEntry) -> int: ...
+
+    async def move_partition(self, topic: str, partition: int, target: int) -> PlannedMove: ...
+
+    async def drain_node(self, node: str) -> list[PlannedMove]: ...
 
     def close(self) -> None: ...

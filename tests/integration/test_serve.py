@@ -25,7 +25,7 @@ from kafscale.protocol.errors import ErrorCode
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess
-from tests.integration.conftest import KafkaWire
+from tests.integration.conftest import KafkaWire, wait_until
 from tests.integration.test_broker_errors import batch, read_all, rows
 
 TOPIC_PARTITIONS = 4
@@ -125,13 +125,31 @@ def test_serve_serves_the_console_beside_the_controller(tmp_path: Path) -> None:
         assert s.post(url + "api/login", json={"username": "ops", "password": "wrong"}, timeout=30).status_code == 401
         r = s.post(url + "api/login", json={"username": "ops", "password": "s3cret-enough"}, timeout=30)
         assert r.status_code == 200, r.text
-        overview = s.get(url + "api/overview", timeout=30).json()
+        s.headers["X-CSRF-Token"] = r.json()["csrf"]
+        # A shard busy past the overview's wait is shown without its own report: ask until both have answered.
+        overview = wait_until(lambda: (o := s.get(url + "api/overview", timeout=30).json())
+                              and set(o["shards"]) == {"0", "1"} and o, timeout=60, what="both shards' reports")
         shards = sorted((sh["id"], sh["port"], sh["live"]) for n in overview["nodes"] for sh in n["shards"])
         assert shards == [(0, serve.ports[0], True), (1, serve.ports[1], True)]
-        assert overview["controller"]["pid"] > 0 and set(overview["shards"]) == {"0", "1"}
+        assert overview["controller"]["pid"] > 0 and overview["metadata_store"] == "ok"
+        assert {"busy", "bytes_in_per_s", "s3"} <= set(overview["shards"]["0"])
         _create_topic(serve.bootstrap, "seen-by-the-console", 2)
         topics = s.get(url + "api/topics", timeout=30).json()
         assert {"name": "seen-by-the-console", "partitions": 2, "records": 0, "internal": False} in topics
+
+        def leader() -> int:
+            layout = s.get(url + "api/overview", timeout=30).json()["nodes"]
+            return next(sh["id"] for n in layout for sh in n["shards"] if "seen-by-the-console-0" in sh["partitions"])
+
+        source = leader()
+        moved = s.post(url + "api/placement/move", json={"topic": "seen-by-the-console", "partition": 0,
+                                                        "shard": 1 - source}, timeout=60)
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["moved"] and (moved.json()["source"], moved.json()["target"]) == (source, 1 - source)
+        assert leader() == 1 - source
+        refused = s.post(url + "api/placement/move", json={"topic": "seen-by-the-console", "partition": 0,
+                                                          "shard": 7}, timeout=60)
+        assert refused.status_code == 400 and refused.json() == {"error": "shard 7 is not live"}
 
 
 def test_shards_run_on_uvloop_with_their_startup_heap_out_of_the_gc(tmp_path: Path) -> None:

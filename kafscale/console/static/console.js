@@ -84,6 +84,12 @@ function sparkline(values, testid) { // an SVG line of the last values (lag over
   return svg;
 }
 
+let links = {};
+function rayLink(status) { // the shard's actor in the Ray dashboard: its logs, stack and flame graph are there
+  if (!links.ray_dashboard || !status.pid) return "-";
+  return h("a", {href: `${links.ray_dashboard}/#/actors`, target: "_blank", rel: "noopener"}, `actor pid ${status.pid}`);
+}
+
 function confirmDelete(what, name, doDelete) { // the name typed again, as the API asks
   const input = h("input", {placeholder: `type ${name} to confirm`, "data-testid": "confirm-name"});
   return h("form", {class: "inline", onsubmit: async e => {
@@ -98,11 +104,16 @@ function confirmDelete(what, name, doDelete) { // the name typed again, as the A
 const pages = {
   overview(main) {
     const body = h("div");
+    const rates = {in: [], out: []};
     main.append(h("h1", {}, "Overview"), body);
     return {async refresh() {
       const o = await api("GET", "/api/overview");
       const shards = o.nodes.flatMap(n => n.shards);
       const status = o.shards || {};
+      const sum = key => Object.values(status).reduce((t, s) => t + (s[key] || 0), 0);
+      rates.in.push(sum("bytes_in_per_s")); rates.out.push(sum("bytes_out_per_s"));
+      if (rates.in.length > 60) { rates.in.shift(); rates.out.shift(); }
+      const rate = key => (status && Object.keys(status).length) ? `${(sum(key) / 1024).toFixed(1)} KiB/s` : "-";
       body.replaceChildren(
         h("div", {class: "cards"},
           h("div", {class: "card"}, h("b", {"data-testid": "node-count"}, String(o.nodes.length)), "nodes"),
@@ -110,14 +121,22 @@ const pages = {
             `${shards.filter(s => s.live).length}/${shards.length}`), "shards live"),
           h("div", {class: "card"}, h("b", {}, o.controller ? `pid ${o.controller.pid}` : "-"), "controller"),
           h("div", {class: "card"}, h("b", {}, o.metadata ? String(o.metadata.revision) : "-"),
-            "metadata revision")),
+            "metadata revision"),
+          h("div", {class: "card"}, h("b", {"data-testid": "metadata-health"}, o.metadata_store || "-"),
+            "metadata store"),
+          h("div", {class: "card"}, h("b", {"data-testid": "produce-rate"}, rate("bytes_in_per_s")), "produced"),
+          h("div", {class: "card"}, h("b", {}, rate("bytes_out_per_s")), "fetched")),
+        h("p", {class: "muted"}, "Bytes produced per second, last refreshes"), sparkline(rates.in, "rate-chart"),
         h("h2", {}, "Shards"),
-        table([["shard"], ["node"], ["address"], ["live"], ["S3"], ["connections", "num"], ["partitions", "num"],
-               ["groups", "num"]],
-          shards.map(s => [String(s.id), s.node_ip || s.node_id || "-", `${s.host}:${s.port}`,
-            s.live ? (s.draining ? "draining" : "yes") : "no", (status[s.id] || {}).s3 || "-",
-            String((status[s.id] || {}).connections ?? "-"), String(s.partitions.length),
-            String(s.groups.length)]), "shards"),
+        table([["shard"], ["node"], ["address"], ["live"], ["S3"], ["busy", "num"], ["connections", "num"],
+               ["partitions", "num"], ["groups", "num"], ["Ray"]],
+          shards.map(s => {
+            const st = status[s.id] || {};
+            return [String(s.id), s.node_ip || s.node_id || "-", `${s.host}:${s.port}`,
+              s.live ? (s.draining ? "draining" : "yes") : "no", st.s3 || "-",
+              st.busy === undefined ? "-" : `${Math.round(st.busy * 100)}%`, String(st.connections ?? "-"),
+              String(s.partitions.length), String(s.groups.length), rayLink(st)];
+          }), "shards"),
         o.autoscaler && o.autoscaler.last ? h("p", {"data-testid": "autoscaler"},
           `Autoscaler: ${o.autoscaler.last.shards} shards, wants ${o.autoscaler.last.desired}: ` +
           o.autoscaler.last.reason) : "");
@@ -254,6 +273,75 @@ const pages = {
         "offsets"));
     }};
   },
+
+  security(main) {
+    const users = h("div"), acls = h("div");
+    const uName = h("input", {required: true, "data-testid": "user-name"});
+    const uPass = h("input", {type: "password", required: true, "data-testid": "user-password"});
+    const uMech = h("select", {}, ["SCRAM-SHA-256", "SCRAM-SHA-512"].map(v => h("option", {value: v}, v)));
+    const field = (name, testid, value) => h("input", {name, "data-testid": testid, value: value || ""});
+    const pick = (name, values) => h("select", {name}, values.map(v => h("option", {value: v}, v)));
+    const acl = {resource_type: pick("resource_type", ["TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID"]),
+                 resource_name: field("resource_name", "acl-resource"), pattern_type: pick("pattern_type", ["LITERAL", "PREFIXED"]),
+                 principal: field("principal", "acl-principal", "User:"), host: field("host", "acl-host", "*"),
+                 operation: pick("operation", ["READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS",
+                                               "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "CLUSTER_ACTION", "ALL"]),
+                 permission: pick("permission", ["ALLOW", "DENY"])};
+    const aclBody = () => Object.fromEntries(Object.entries(acl).map(([k, el]) => [k, el.value]));
+    main.append(h("h1", {}, "Security"),
+      h("h2", {}, "Users (SCRAM)"), users,
+      h("form", {class: "inline", "data-testid": "add-user", onsubmit: e => { e.preventDefault();
+        act(`set the password of ${uName.value}`, () => api("POST", "/api/users",
+          {name: uName.value, password: uPass.value, mechanism: uMech.value})).then(() => { uPass.value = ""; }); }},
+        h("label", {}, "User", uName), h("label", {}, "Password", uPass), h("label", {}, "Mechanism", uMech),
+        h("button", {type: "submit"}, "Add or set password")),
+      h("h2", {}, "ACLs"), acls,
+      h("form", {class: "inline", "data-testid": "add-acl", onsubmit: e => { e.preventDefault();
+        act("created the ACL", () => api("POST", "/api/acls", aclBody())); }},
+        Object.entries(acl).map(([k, el]) => h("label", {}, k.replace("_", " "), el)),
+        h("button", {type: "submit"}, "Add ACL")));
+    return {async refresh() {
+      const [us, as] = await Promise.all([api("GET", "/api/users"), api("GET", "/api/acls")]);
+      users.replaceChildren(us.length ? table([["user"], ["credentials"], [""]], us.map(u => [u.name, u.mechanisms.join(", "),
+        h("button", {class: "danger", onclick: () => {
+          if (window.confirm(`Delete the SCRAM-SHA-256 credential of ${u.name}?`))
+            act(`deleted ${u.name}`, () => api("DELETE", `/api/users/${encodeURIComponent(u.name)}?confirm=${encodeURIComponent(u.name)}`));
+        }}, "Delete")]), "users") : h("p", {class: "muted"}, "no users"));
+      acls.replaceChildren(as.length ? table([["resource"], ["pattern"], ["principal"], ["host"], ["operation"], ["permission"], [""]],
+        as.map(a => [`${a.resource_type}:${a.resource_name}`, a.pattern_type, a.principal, a.host, a.operation, a.permission,
+          h("button", {class: "danger", onclick: () => {
+            if (window.confirm(`Remove ${a.permission} ${a.operation} on ${a.resource_type}:${a.resource_name} for ${a.principal}?`))
+              act("removed the ACL", () => api("POST", "/api/acls/delete", a));
+          }}, "Remove")]), "acls") : h("p", {class: "muted"}, "no ACLs"));
+    }};
+  },
+
+  placement(main) {
+    const layout = h("div");
+    const topic = h("input", {required: true, "data-testid": "move-topic"});
+    const partition = h("input", {type: "number", min: "0", value: "0", "data-testid": "move-partition"});
+    const shard = h("input", {type: "number", min: "0", required: true, "data-testid": "move-shard"});
+    const node = h("input", {required: true, placeholder: "node IP or id prefix", "data-testid": "drain-node"});
+    main.append(h("h1", {}, "Placement"), layout,
+      h("h2", {}, "Move a partition"),
+      h("form", {class: "inline", "data-testid": "move", onsubmit: e => { e.preventDefault();
+        act(`moved ${topic.value}-${partition.value} to shard ${shard.value}`, () => api("POST", "/api/placement/move",
+          {topic: topic.value, partition: Number(partition.value), shard: Number(shard.value)})); }},
+        h("label", {}, "Topic", topic), h("label", {}, "Partition", partition), h("label", {}, "To shard", shard),
+        h("button", {type: "submit"}, "Move")),
+      h("h2", {}, "Drain a node"),
+      h("form", {class: "inline", "data-testid": "drain", onsubmit: e => { e.preventDefault();
+        if (window.confirm(`Move everything off the shards of ${node.value}?`))
+          act(`drained ${node.value}`, () => api("POST", "/api/placement/drain", {node: node.value})); }},
+        h("label", {}, "Node", node), h("button", {class: "danger", type: "submit"}, "Drain")));
+    return {async refresh() {
+      const o = await api("GET", "/api/overview");
+      layout.replaceChildren(table([["node"], ["shard"], ["live"], ["leads partitions"], ["coordinates groups"]],
+        o.nodes.flatMap(n => n.shards.map(s => [n.node_ip || n.node_id, String(s.id),
+          s.live ? (s.draining ? "draining" : "yes") : "no", s.partitions.join(", "), s.groups.join(", ")])),
+        "placement"));
+    }};
+  },
 };
 
 // ---------------------------------------------------------------- routing and login
@@ -289,7 +377,8 @@ function showApp(session) {
   document.getElementById("app").hidden = false;
   document.getElementById("whoami").textContent = session.username;
   const ray = document.getElementById("ray-dashboard");
-  if (session.links && session.links.ray_dashboard) { ray.href = session.links.ray_dashboard; ray.hidden = false; }
+  links = session.links || {};
+  if (links.ray_dashboard) { ray.href = links.ray_dashboard; ray.hidden = false; }
   route();
 }
 

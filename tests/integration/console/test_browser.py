@@ -8,61 +8,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from kafscale.console.server import ConsoleServer
-from kafscale.testing.console import chromium_path, console_beside, stop_console
+from kafscale.testing.console import console_beside, stop_console
 from tests.integration.conftest import Cluster, unique_topic, wait_until
-from tests.integration.test_console_api import LOGIN_ENV, PASSWORD, USER, make_topic, produce
-
-SHOTS = Path(__file__).resolve().parents[2] / "build" / "test-artefacts" / "console"
-WAIT_MS = 20_000
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        # --no-sandbox: the tests may run as root (CI containers), where Chromium's sandbox refuses to start.
-        b = p.chromium.launch(executable_path=chromium_path(), headless=True, args=["--no-sandbox"])
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="module")
-def console(broker_embedded: Cluster) -> Iterator[ConsoleServer]:
-    server = console_beside(broker_embedded.broker, LOGIN_ENV)
-    yield server
-    stop_console(broker_embedded.broker, server)
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context()
-    p = context.new_page()
-    p.set_default_timeout(WAIT_MS)
-    try:
-        yield p
-    finally:
-        context.close()
-
-
-def shot(page: Page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def log_in(page: Page, console: ConsoleServer, password: str = PASSWORD) -> None:
-    page.goto(console.url)
-    page.fill("#username", USER)
-    page.fill("#password", password)
-    page.click("#login-button")
+from tests.integration.console.conftest import PASSWORD, USER, log_in, make_topic, produce, shot
 
 
 def test_the_login_page_refuses_a_wrong_password_and_says_when_access_is_disabled(
@@ -140,6 +93,22 @@ def test_a_topics_messages_show_decoded_and_a_test_message_is_produced(
         assert (msg.key(), msg.value()) == (b"from-browser", b"hello from the console")
     finally:
         c.close()
+
+
+def test_the_placement_page_shows_what_leads_what_and_a_move_needs_the_controller(
+        page: Page, console: ConsoleServer, broker_embedded: Cluster) -> None:
+    topic = unique_topic("browser-placement")
+    make_topic(broker_embedded.bootstrap, topic, 2)
+    log_in(page, console)
+    page.click("nav >> text=Placement")
+    expect(page.get_by_test_id("placement")).to_contain_text(f"{topic}-1")
+    shot(page, "placement")
+    page.get_by_test_id("move-topic").fill(topic)
+    page.get_by_test_id("move-shard").fill("0")
+    page.get_by_test_id("move").get_by_role("button", name="Move").click()
+    # This broker runs without kafscale serve's controller (test_serve.py moves one through it).
+    expect(page.locator("#flash")).to_have_text(
+        "moving partitions needs kafscale serve's controller, which this broker lacks")
 
 
 def test_a_groups_lag_shows_after_its_consumer_stops_and_its_offsets_reset(

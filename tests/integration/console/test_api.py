@@ -9,48 +9,17 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
 
 from kafscale.console.server import ConsoleServer
 from kafscale.console.sessions import COOKIE, CSRF_HEADER
 from kafscale.testing.console import console_beside, stop_console
 from tests.integration.conftest import Cluster, unique_topic, wait_until
-
-USER, PASSWORD = "operator", "correct horse battery staple"
-LOGIN_ENV = {"KAFSCALE_UI_USERNAME": USER, "KAFSCALE_UI_PASSWORD": PASSWORD}
-
-
-@pytest.fixture(scope="module")
-def console(broker_embedded: Cluster) -> Iterator[ConsoleServer]:
-    server = console_beside(broker_embedded.broker, LOGIN_ENV)
-    yield server
-    stop_console(broker_embedded.broker, server)
-
-
-def logged_in(console: ConsoleServer) -> requests.Session:
-    s = requests.Session()
-    r = s.post(console.url + "api/login", json={"username": USER, "password": PASSWORD}, timeout=30)
-    assert r.status_code == 200, r.text
-    s.headers[CSRF_HEADER] = r.json()["csrf"]
-    return s
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]], partition: int = 0) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for key, value in records:
-        p.produce(topic, value, key, partition=partition, headers=[("origin", b"test")])
-    assert p.flush(30) == 0
-
-
-def make_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer: a dropped client cancels it
-    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+from tests.integration.console.conftest import LOGIN_ENV, PASSWORD, USER, logged_in, make_topic, produce
 
 
 def test_logins_follow_the_two_variables(console: ConsoleServer, broker_embedded: Cluster) -> None:

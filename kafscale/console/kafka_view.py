@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigResource,
+    ConfigSource,
     NewTopic,
     OffsetSpec,
 )
@@ -73,6 +74,14 @@ def read_client_config(path: str) -> dict[str, str]:
             raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
         settings[key.strip()] = value.strip()
     return settings
+
+
+def _source(raw: Any) -> str:
+    """librdkafka's config source as Kafka names it (DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, ...)."""
+    try:
+        return ConfigSource(int(raw)).name
+    except (TypeError, ValueError):
+        return str(getattr(raw, "name", raw))
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -147,7 +156,7 @@ class KafkaClusterView:
         latest = await self._offsets(parts, OffsetSpec.latest())
         resource = ConfigResource("TOPIC", name)
         entries = await answer_of(f"configs of topic {name!r}", self.admin.describe_configs([resource])[resource])
-        configs = [ConfigEntry(e.name, e.value, e.source and str(getattr(e.source, "name", e.source)),
+        configs = [ConfigEntry(e.name, e.value, _source(e.source),
                                bool(e.is_default), bool(e.is_sensitive), bool(e.is_read_only))
                    for e in sorted(entries.values(), key=lambda e: e.name)]
         return TopicDetail(name, [PartitionState(p, leaders[p], earliest[name, p], latest[name, p])

@@ -94,6 +94,7 @@ def test_a_clients_topic_and_messages_show_and_a_test_message_is_produced(consol
     assert [(p["partition"], p["earliest"], p["latest"]) for p in detail["partitions"]] == [(0, 0, 30), (1, 0, 0)]
     configs = {c["name"]: c for c in detail["configs"]}
     assert configs["cleanup.policy"]["value"] == "delete" and configs["cleanup.policy"]["is_default"]
+    assert configs["cleanup.policy"]["source"] == "DEFAULT_CONFIG"
 
     page = s.get(console.url + f"api/topics/{topic}/partitions/0/messages", params={"offset": 10, "limit": 5},
                  timeout=30).json()
@@ -130,8 +131,9 @@ def test_topics_are_created_altered_and_deleted_only_when_confirmed(console: Con
     assert again.status_code == 409 and "TOPIC_ALREADY_EXISTS" in again.json()["error"]
     altered = s.patch(console.url + f"api/topics/{topic}/configs", json={"set": {"retention.ms": "60000"}}, timeout=30)
     assert altered.status_code == 200
-    configs = {c["name"]: c["value"] for c in altered.json()["configs"]}
-    assert configs["retention.ms"] == "60000" and configs["cleanup.policy"] == "compact"
+    configs = {c["name"]: (c["value"], c["source"]) for c in altered.json()["configs"]}
+    assert configs["retention.ms"] == ("60000", "DYNAMIC_TOPIC_CONFIG")
+    assert configs["cleanup.policy"] == ("compact", "DYNAMIC_TOPIC_CONFIG")
     bad_config = s.patch(console.url + f"api/topics/{topic}/configs", json={"set": {"retention.ms": "soon"}},
                          timeout=30)
     assert bad_config.status_code == 400 and "INVALID_CONFIG" in bad_config.json()["error"]

@@ -87,9 +87,13 @@ reference-kafka: $(REFSTAMP)
 run: $(STAMP)
 	$(BIN)/kafscale serve --listen 127.0.0.1:9092 --data-dir ./data
 
+# Two pytest-xdist workers: tests that share one expensive server, or run Ray clusters, stay together on one worker
+# (tests/conftest.py, xdist_group); everything else spreads over both. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(SYSSTAMP) $(JSSTAMP) $(REFSTAMP) $(GOSTAMP) $(RUSTSTAMP)
 	$(BIN)/ruff check kafscale tests benchmarks
-	scripts/pytest-with-backtrace.sh $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
+	scripts/pytest-with-backtrace.sh $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
+		$(PYTEST_ARGS)
 
 # The unit tests alone (tests/unit: no servers, Ray, Spark or sockets), in well under a minute.
 test-unit: $(STAMP)

@@ -21,7 +21,32 @@ pytest_plugins = [
     "tests.fixtures.kafka_reference",
 ]
 
-UNIT_DIR = Path(__file__).parent / "unit"
+TESTS = Path(__file__).parent
+UNIT_DIR = TESTS / "unit"
+# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). Tests that share one expensive server,
+# or that run whole Ray clusters, go to one worker as a group: each of those servers starts once per run, and no
+# two Ray clusters or `kafscale serve` processes compete for the two cores.
+PROCESS_DIRS = (TESTS / "cluster",)
+FIXTURE_GROUPS = {"kafka_reference": "reference", "kafka_reference_39": "reference", "spark": "spark",
+                  "ray_runtime": "ray"}
+
+
+def _runs_processes(item: pytest.Item) -> bool:
+    """Whether the test's module starts `kafscale serve` or a Ray cluster of its own."""
+    from kafscale.testing.ray_cluster import RayTestCluster
+    from kafscale.testing.serve_process import ServeProcess
+
+    module = getattr(item, "module", None)
+    return any(item.path.is_relative_to(d) for d in PROCESS_DIRS) or any(
+        value in (ServeProcess, RayTestCluster) for value in vars(module).values()) if module else False
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    if item.path.is_relative_to(TESTS / "jvm"):
+        return "jvm"  # one broker with its listeners, and one compiled driver (tests/jvm/build)
+    if _runs_processes(item):
+        return "processes"
+    return next((FIXTURE_GROUPS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_GROUPS), None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -29,3 +54,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if not item.path.is_relative_to(UNIT_DIR):
             item.add_marker(pytest.mark.integration)
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -224,7 +224,9 @@ def test_group_v0_join_sync_heartbeat_leave_alike(wires: Wires) -> None:
     answers = {}
     for name, wire in wires.items():
         coordinator_ready(wire, group)
-        joined = wire.call(old_request(11, 0, group_id=group, session_timeout=datetime.timedelta(seconds=10),
+        # A session long enough that a slow machine never expires the member between its steps (seen under load:
+        # the two brokers then differ in nothing but which one was slower).
+        joined = wire.call(old_request(11, 0, group_id=group, session_timeout=datetime.timedelta(seconds=60),
                                        member_id="", protocol_type="consumer", protocols=(
                                            old_part(11, 0, "JoinGroupRequestProtocol", name="range", metadata=b"m"),)))
         me, generation = joined.member_id, joined.generation_id

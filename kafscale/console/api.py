@@ -35,6 +35,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 OPEN_ROUTES = {"/api/session", "/api/login"}
+MAX_LOGINS_IN_FLIGHT = 16
 SESSION = web.RequestKey("session", Session)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -49,7 +50,9 @@ class ConsoleApi:
         self.sessions = sessions or Sessions()
         self.throttle = throttle or FailureThrottle()
         self.links = links or {}  # e.g. the Ray dashboard's address, for the page's links
-        self.failed_logins = 0
+        # One login at a time per address, and few at all: the slowdown of failures would mean little to a guesser
+        # who sends many in parallel.
+        self._logging_in: set[str] = set()
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY)
@@ -112,13 +115,19 @@ class ConsoleApi:
         username, password = body.get("username"), body.get("password")
         if not isinstance(username, str) or not isinstance(password, str):
             raise ConsoleError(400, "username and password: expected two strings")
-        if not self.policy.admits(username, password):
-            self.failed_logins += 1
-            delay = self.throttle.failed(request.remote or "")
-            log.warning("console: failed login for %r from %s (%d failed so far)", username, request.remote,
-                        self.failed_logins)
-            await asyncio.sleep(delay)
-            raise ConsoleError(401, "wrong username or password")
+        address = request.remote or ""
+        if address in self._logging_in or len(self._logging_in) >= MAX_LOGINS_IN_FLIGHT:
+            raise ConsoleError(429, "another login is in progress: wait for its answer")
+        self._logging_in.add(address)
+        try:
+            if not self.policy.admits(username, password):
+                delay = self.throttle.failed(address)
+                log.warning("console: failed login for %r from %s (%d failed so far)", username, address,
+                            self.throttle.total)
+                await asyncio.sleep(delay)
+                raise ConsoleError(401, "wrong username or password")
+        finally:
+            self._logging_in.discard(address)
         session = self.sessions.open(username)
         log.info("console: %r logged in from %s", username, request.remote)
         response = io.answer({"logged_in": True, "username": username, "csrf": session.csrf})

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from aiohttp import web
 
 from kafscale.console import http_io as io
@@ -17,8 +15,7 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
         return io.answer(await view.groups())
 
     async def group(request: web.Request) -> web.Response:
-        detail = await view.group(request.match_info["group"])
-        return io.answer({**dataclasses.asdict(detail), "total_lag": detail.total_lag})
+        return io.answer(await view.group(request.match_info["group"]))
 
     async def reset_offsets(request: web.Request) -> web.Response:
         group_id = request.match_info["group"]

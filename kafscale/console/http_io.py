@@ -25,7 +25,11 @@ def error(status: int, message: str) -> web.Response:
     return answer({"error": message}, status)
 
 
-def integer(raw: Any, name: str, *, low: int = 0, high: int | None = None) -> int | None:
+LONG_MAX = 2**63 - 1  # offsets and timestamps are Kafka int64s
+INT_MAX = 2**31 - 1  # partitions and shard ids are int32s
+
+
+def integer(raw: Any, name: str, *, low: int = 0, high: int = LONG_MAX) -> int | None:
     if raw is None or raw == "":
         return None
     if isinstance(raw, bool) or not isinstance(raw, int | str):
@@ -34,12 +38,12 @@ def integer(raw: Any, name: str, *, low: int = 0, high: int | None = None) -> in
         value = int(raw)
     except ValueError:
         raise ConsoleError(400, f"{name}: expected an integer, got {raw!r}") from None
-    if value < low or (high is not None and value > high):
-        raise ConsoleError(400, f"{name}: {value} is out of range ({low}..{high if high is not None else ''})")
+    if not low <= value <= high:
+        raise ConsoleError(400, f"{name}: {value} is out of range ({low}..{high})")
     return value
 
 
-def required_integer(raw: Any, name: str, *, low: int = 0, high: int | None = None) -> int:
+def required_integer(raw: Any, name: str, *, low: int = 0, high: int = LONG_MAX) -> int:
     value = integer(raw, name, low=low, high=high)
     if value is None:
         raise ConsoleError(400, f"{name}: a value is needed")
@@ -72,6 +76,10 @@ def payload(raw: Any, name: str, encoding: str) -> bytes | None:
 
 
 async def body(request: web.Request) -> dict[str, Any]:
+    # JSON only: a browser sends it cross-site only after a preflight this server never allows, where a form's
+    # text/plain would go straight through.
+    if request.content_type != "application/json":
+        raise ConsoleError(415, f"expected Content-Type application/json, got {request.content_type or 'none'}")
     try:
         found = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -79,6 +87,14 @@ async def body(request: web.Request) -> dict[str, Any]:
     if not isinstance(found, dict):
         raise ConsoleError(400, "the request body must be a JSON object")
     return found
+
+
+def settings(raw: Any, name: str) -> dict[str, str]:
+    """An object of config (or header) names to string or number values."""
+    if not isinstance(raw, dict) or not all(isinstance(v, str | int | float) and not isinstance(v, bool)
+                                            for v in raw.values()):
+        raise ConsoleError(400, f"{name}: expected an object of names to string or number values")
+    return {str(k): str(v) for k, v in raw.items()}
 
 
 def confirmed(request: web.Request, name: str, what: str) -> None:

@@ -17,7 +17,7 @@ from confluent_kafka.admin import (
 )
 
 from kafscale.console.answers import answer_of
-from kafscale.console.view import AclEntry, ConsoleError, ScramUser
+from kafscale.console.view import AclEntry, ConsoleError, ScramCredential, ScramUser
 
 MECHANISMS = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
 # Kafka calls the cluster resource CLUSTER; librdkafka's enum says BROKER.
@@ -60,8 +60,8 @@ def _filter(entry: AclEntry) -> AclBindingFilter:
 
 async def users(admin: AdminClient) -> list[ScramUser]:
     described = await answer_of("list SCRAM users", admin.describe_user_scram_credentials())
-    return [ScramUser(name, sorted(f"{i.mechanism.name.replace('_', '-')} ({i.iterations} iterations)"
-                                   for i in d.scram_credential_infos))
+    return [ScramUser(name, sorted((ScramCredential(i.mechanism.name.replace("_", "-"), i.iterations)
+                                    for i in d.scram_credential_infos), key=lambda c: c.mechanism))
             for name, d in sorted(described.items())]
 
 

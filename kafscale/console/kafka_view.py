@@ -2,28 +2,19 @@
 
 The console is a Kafka client like any other: its client settings (`console_client_config`, a librdkafka
 properties file: security.protocol, sasl.*, ssl.*) name the principal it acts as, and the cluster's ACLs decide
-what it may see and change. Only the overview, which no Kafka API answers, comes from the cluster's own layout.
+what it may see and change. The overview, which no Kafka API answers, comes from the cluster's own layout; the
+planned moves, which no Kafka API makes, from the controller, once the principal shows it may ALTER the cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-from confluent_kafka import (
-    Consumer,
-    ConsumerGroupTopicPartitions,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
-    AdminClient,
+    AclOperation,
     AlterConfigOpType,
     ConfigResource,
     ConfigSource,
@@ -34,17 +25,17 @@ from confluent_kafka.admin import (
     ConfigEntry as KafkaConfigEntry,
 )
 
+from kafscale.console import kafka_messages as messages
 from kafscale.console import kafka_security as security
 from kafscale.console.answers import TIMEOUT_S, answer_of, failed
+from kafscale.console.kafka_clients import ConsoleClients
 from kafscale.console.view import (
     AclEntry,
     ConfigEntry,
     ConsoleError,
     GroupDetail,
     GroupSummary,
-    Header,
     Member,
-    Message,
     MessagePage,
     PartitionLag,
     PartitionState,
@@ -57,24 +48,6 @@ from kafscale.console.view import (
     TopicSummary,
 )
 
-BROWSE_WAIT_S = 5.0  # a page of messages is answered with what arrived by then
-
-
-def read_client_config(path: str) -> dict[str, str]:
-    """A librdkafka properties file: `key=value` lines, `#` comments."""
-    settings: dict[str, str] = {}
-    if not path:
-        return settings
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
-        settings[key.strip()] = value.strip()
-    return settings
-
 
 def _source(raw: Any) -> str:
     """librdkafka's config source as Kafka names it (DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, ...)."""
@@ -84,35 +57,19 @@ def _source(raw: Any) -> str:
         return str(getattr(raw, "name", raw))
 
 
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode()
-
-
 class KafkaClusterView:
     def __init__(self, bootstrap: Callable[[], str], client_config: dict[str, str],
                  overview: Callable[[], Awaitable[dict[str, Any]]], placement: Placement | None = None) -> None:
-        self._bootstrap = bootstrap
-        self._client_config = client_config
+        self.clients = ConsoleClients(bootstrap, client_config)
         self._overview = overview
         self._placement = placement  # None beside a broker without a controller: moves are refused
-        self._admin: AdminClient | None = None
-        self._producer: Producer | None = None
-
-    def _settings(self, **extra: Any) -> dict[str, Any]:
-        # Never auto-created: looking at a topic that is not there (or was just deleted) must not make it.
-        return {"bootstrap.servers": self._bootstrap(), "client.id": "kafscale-console",
-                "allow.auto.create.topics": False, **self._client_config, **extra}
 
     @property
-    def admin(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = AdminClient(self._settings())
-        return self._admin
+    def admin(self) -> Any:
+        return self.clients.admin
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(5)
-        self._admin = self._producer = None
+        self.clients.close()
 
     async def overview(self) -> dict[str, Any]:
         return await self._overview()
@@ -120,7 +77,7 @@ class KafkaClusterView:
     # ---------------------------------------------------------------- topics
 
     async def _partitions(self, topic: str | None = None) -> dict[str, dict[int, int]]:
-        """Topic -> partition -> leader, as Metadata answers (internal topics left out)."""
+        """Topic -> partition -> leader, as Metadata answers (a topic Metadata names with an error left out)."""
         md = await asyncio.to_thread(self.admin.list_topics, topic, TIMEOUT_S)
         found: dict[str, dict[int, int]] = {}
         for name, t in md.topics.items():
@@ -131,21 +88,34 @@ class KafkaClusterView:
             found[name] = {p: pm.leader for p, pm in t.partitions.items()}
         return found
 
-    async def _offsets(self, parts: list[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
+    async def _offsets(self, parts: list[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int | None]:
+        """Each partition's offset, None for one that did not answer (no leader in the middle of a move, or a
+        topic deleted since): one partition must not blank the whole page."""
         if not parts:
             return {}
         futures = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in parts},
                                           request_timeout=TIMEOUT_S)
-        return {(tp.topic, tp.partition): (await answer_of(f"offsets of {tp.topic}-{tp.partition}", f)).offset
-                for tp, f in futures.items()}
+        found: dict[tuple[str, int], int | None] = {}
+        for tp, f in futures.items():
+            try:
+                found[tp.topic, tp.partition] = (await answer_of(f"offsets of {tp.topic}-{tp.partition}", f)).offset
+            except ConsoleError as e:
+                if e.status == 504:
+                    raise
+                found[tp.topic, tp.partition] = None
+        return found
 
     async def topics(self) -> list[TopicSummary]:
         found = await self._partitions()
         parts = [(t, p) for t, ps in found.items() for p in ps]
         earliest = await self._offsets(parts, OffsetSpec.earliest())
         latest = await self._offsets(parts, OffsetSpec.latest())
-        return [TopicSummary(name, len(ps), sum(latest[name, p] - earliest[name, p] for p in ps),
-                             name.startswith("__")) for name, ps in sorted(found.items())]
+        def readable(name: str, p: int) -> int:
+            low, high = earliest[name, p], latest[name, p]
+            return 0 if low is None or high is None else high - low
+
+        return [TopicSummary(name, len(ps), sum(readable(name, p) for p in ps), name.startswith("__"))
+                for name, ps in sorted(found.items())]
 
     async def topic(self, name: str) -> TopicDetail:
         leaders = (await self._partitions(name)).get(name)
@@ -180,70 +150,19 @@ class KafkaClusterView:
 
     async def messages(self, topic: str, partition: int, *, offset: int | None, timestamp: int | None,
                        limit: int) -> MessagePage:
-        leaders = (await self._partitions(topic)).get(topic, {})
-        if partition not in leaders:
-            raise ConsoleError(404, f"topic {topic!r} has no partition {partition}")
-        return await asyncio.to_thread(self._browse, topic, partition, offset, timestamp, limit)
-
-    def _browse(self, topic: str, partition: int, offset: int | None, timestamp: int | None,
-                limit: int) -> MessagePage:
-        # A consumer of no group: assign() neither joins nor commits, so browsing leaves no trace in the cluster.
-        consumer = Consumer(self._settings(**{"group.id": "kafscale-console", "enable.auto.commit": False,
-                                              "enable.auto.offset.store": False,
-                                              "isolation.level": "read_committed"}))
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), TIMEOUT_S)
-            if timestamp is not None:
-                found = consumer.offsets_for_times([TopicPartition(topic, partition, timestamp)], TIMEOUT_S)[0]
-                start = high if found.offset < 0 else found.offset
-            else:
-                start = low if offset is None else min(max(offset, low), high)
-            messages: list[Message] = []
-            if start < high:
-                consumer.assign([TopicPartition(topic, partition, start)])
-                deadline = time.monotonic() + BROWSE_WAIT_S
-                while len(messages) < limit and time.monotonic() < deadline:
-                    batch = consumer.consume(min(limit - len(messages), 500), 0.5)
-                    for m in batch:
-                        if m.error() is not None:
-                            if m.error().code() == KafkaError._PARTITION_EOF:
-                                continue
-                            raise failed(f"read {topic}-{partition}", KafkaException(m.error()))
-                        kind, ts = m.timestamp()
-                        messages.append(Message(
-                            m.partition(), m.offset(), ts, {1: "CreateTime", 2: "LogAppendTime"}.get(kind, "None"),
-                            _b64(m.key()), _b64(m.value()),
-                            [Header(k, _b64(v)) for k, v in (m.headers() or [])]))
-                    if messages and messages[-1].offset >= high - 1:
-                        break
-            return MessagePage(topic, partition, start, messages[:limit], high)
-        finally:
-            consumer.close()
+        await self._partition_exists(topic, partition)
+        return await asyncio.to_thread(messages.browse, self.clients, topic, partition, offset, timestamp, limit)
 
     async def produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
                       headers: list[tuple[str, bytes]]) -> Produced:
-        if self._producer is None:
-            self._producer = Producer(self._settings(**{"linger.ms": 0, "message.timeout.ms": int(TIMEOUT_S * 1000)}))
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Produced] = loop.create_future()
+        # Looked up first: librdkafka would hold a message for an unknown topic or partition until it times out.
+        await self._partition_exists(topic, partition)
+        return await messages.produce(self.clients, topic, partition, key, value, headers)
 
-        def delivered(err: KafkaError | None, msg: Any) -> None:
-            result: Produced | ConsoleError = (
-                failed(f"produce to {topic!r}", KafkaException(err)) if err is not None
-                else Produced(msg.topic(), msg.partition(), msg.offset()))
-            loop.call_soon_threadsafe(
-                lambda: done.done() or (done.set_exception(result) if isinstance(result, ConsoleError)
-                                        else done.set_result(result)))
-
-        kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers, "on_delivery": delivered}
-        if partition is not None:
-            kwargs["partition"] = partition
-        try:
-            self._producer.produce(topic, **kwargs)
-        except (KafkaException, BufferError) as e:
-            raise failed(f"produce to {topic!r}", e) from None
-        await asyncio.to_thread(self._producer.flush, TIMEOUT_S)
-        return await asyncio.wait_for(done, TIMEOUT_S)
+    async def _partition_exists(self, topic: str, partition: int | None) -> None:
+        leaders = (await self._partitions(topic)).get(topic, {})
+        if partition is not None and partition not in leaders:
+            raise ConsoleError(404, f"topic {topic!r} has no partition {partition}")
 
     # ---------------------------------------------------------------- groups
 
@@ -268,8 +187,8 @@ class KafkaClusterView:
 
     async def _lags(self, committed: dict[tuple[str, int], int]) -> list[PartitionLag]:
         latest = await self._offsets(sorted(committed), OffsetSpec.latest())
-        return [PartitionLag(t, p, c, latest[t, p], max(latest[t, p] - c, 0))
-                for (t, p), c in sorted(committed.items())]
+        return [PartitionLag(t, p, c, high, None if high is None else max(high - c, 0))
+                for (t, p), c in sorted(committed.items()) for high in (latest[t, p],)]
 
     async def group(self, group_id: str) -> GroupDetail:
         d = await answer_of(f"describe group {group_id!r}",
@@ -281,9 +200,10 @@ class KafkaClusterView:
                           sorted(f"{tp.topic}-{tp.partition}" for tp in (m.assignment.topic_partitions
                                                                          if m.assignment else [])))
                    for m in d.members]
+        lags = await self._lags(await self._committed(group_id))
         return GroupDetail(group_id, state, getattr(getattr(d, "type", None), "name", "CLASSIC"),
-                           d.partition_assignor or "", d.coordinator.id if d.coordinator else -1, members,
-                           await self._lags(await self._committed(group_id)))
+                           d.partition_assignor or "", d.coordinator.id if d.coordinator else -1, members, lags,
+                           sum(o.lag or 0 for o in lags))
 
     async def reset_offsets(self, group_id: str, topic: str, to: ResetTo, value: int | None) -> list[PartitionLag]:
         leaders = (await self._partitions(topic)).get(topic)
@@ -292,10 +212,13 @@ class KafkaClusterView:
         parts = [(topic, p) for p in sorted(leaders)]
         earliest = await self._offsets(parts, OffsetSpec.earliest())
         latest = await self._offsets(parts, OffsetSpec.latest())
+        missing = sorted(p for (_, p) in parts if earliest[topic, p] is None or latest[topic, p] is None)
+        if missing:
+            raise ConsoleError(503, f"partitions {missing} of {topic!r} did not answer (moving?): try again")
         if to == "timestamp":
             assert value is not None
             at = await self._offsets(parts, OffsetSpec.for_timestamp(value))
-            plan = {tp: latest[tp] if at[tp] < 0 else at[tp] for tp in parts}
+            plan = {tp: latest[tp] if at[tp] is None or at[tp] < 0 else at[tp] for tp in parts}
         else:
             plan = {tp: earliest[tp] if to == "earliest" else latest[tp] if to == "latest" else int(value or 0)
                     for tp in parts}
@@ -338,20 +261,30 @@ class KafkaClusterView:
 
     # ---------------------------------------------------------------- placement
 
-    def _controller(self) -> Placement:
+    async def _controller(self) -> Placement:
+        """The controller, once the console's principal shows it may ALTER the cluster: moves are made by the
+        controller, not through a Kafka API, so the ACLs are asked first (as kafka-reassign-partitions needs)."""
+        cluster = await answer_of("describe the cluster", self.admin.describe_cluster(
+            include_authorized_operations=True, request_timeout=TIMEOUT_S))
+        allowed = cluster.authorized_operations or []
+        if AclOperation.ALTER not in allowed and AclOperation.ALL not in allowed:
+            raise ConsoleError(403, "CLUSTER_AUTHORIZATION_FAILED: the console's principal may not ALTER the "
+                                    "cluster, which moving partitions needs")
         if self._placement is None:
             raise ConsoleError(501, "moving partitions needs kafscale serve's controller, which this broker lacks")
         return self._placement
 
     async def move_partition(self, topic: str, partition: int, target: int) -> PlannedMove:
+        controller = await self._controller()
         try:
-            return _planned(await self._controller().move(topic, partition, target))
+            return _planned(await controller.move(topic, partition, target))
         except ValueError as e:
             raise ConsoleError(400, str(e)) from None
 
     async def drain_node(self, node: str) -> list[PlannedMove]:
+        controller = await self._controller()
         try:
-            return [_planned(m) for m in await self._controller().drain(node)]
+            return [_planned(m) for m in await controller.drain(node)]
         except ValueError as e:
             raise ConsoleError(400, str(e)) from None
 

@@ -12,8 +12,8 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
     async def move(request: web.Request) -> web.Response:
         body = await io.body(request)
         topic = io.topic_name(str(body.get("topic", "")))
-        partition = io.required_integer(body.get("partition"), "partition")
-        shard = io.required_integer(body.get("shard"), "shard")
+        partition = io.required_integer(body.get("partition"), "partition", high=io.INT_MAX)
+        shard = io.required_integer(body.get("shard"), "shard", high=io.INT_MAX)
         return io.answer(await view.move_partition(topic, partition, shard))
 
     async def drain(request: web.Request) -> web.Response:

@@ -47,7 +47,9 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
         return io.answer(entry, 201)
 
     async def delete_acl(request: web.Request) -> web.Response:
-        return io.answer({"deleted": await view.delete_acl(_entry(await io.body(request)))})
+        entry = _entry(await io.body(request))
+        io.confirmed(request, entry.principal, "the ACL of")  # the principal named again
+        return io.answer({"deleted": await view.delete_acl(entry)})
 
     return [web.get("/api/users", users), web.post("/api/users", upsert_user),
             web.delete("/api/users/{name}", delete_user), web.get("/api/acls", acls),

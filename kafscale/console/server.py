@@ -12,7 +12,8 @@ from aiohttp import web
 from kafscale.config import BrokerConfig
 from kafscale.console.api import ConsoleApi
 from kafscale.console.credentials import LoginPolicy
-from kafscale.console.kafka_view import KafkaClusterView, read_client_config
+from kafscale.console.kafka_clients import read_client_config
+from kafscale.console.kafka_view import KafkaClusterView
 from kafscale.console.view import Placement
 from kafscale.security.tls import ServerTls, TlsSettings
 
@@ -58,7 +59,7 @@ class ConsoleServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        self.api.view.close()
+        await asyncio.to_thread(self.api.view.close)  # may wait for a test message in flight
 
 
 async def start_console(config: BrokerConfig, environ: Mapping[str, str], bootstrap: Callable[[], str],

@@ -22,19 +22,16 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
         body = await io.body(request)
         name = io.topic_name(str(body.get("name", "")))
         partitions = io.integer(body.get("partitions"), "partitions", low=1, high=MAX_PARTITIONS) or 1
-        configs = body.get("configs") or {}
-        if not isinstance(configs, dict) or not all(isinstance(v, str | int) for v in configs.values()):
-            raise ConsoleError(400, "configs: expected an object of config names to values")
-        await view.create_topic(name, partitions, {str(k): str(v) for k, v in configs.items()})
+        await view.create_topic(name, partitions, io.settings(body.get("configs") or {}, "configs"))
         return io.answer({"created": name}, 201)
 
     async def alter_configs(request: web.Request) -> web.Response:
         name = io.topic_name(request.match_info["name"])
         body = await io.body(request)
-        set_configs, delete = body.get("set") or {}, body.get("delete") or []
-        if not isinstance(set_configs, dict) or not isinstance(delete, list):
-            raise ConsoleError(400, 'expected {"set": {name: value}, "delete": [name]}')
-        await view.alter_topic_configs(name, {str(k): str(v) for k, v in set_configs.items()}, [str(d) for d in delete])
+        delete = body.get("delete") or []
+        if not isinstance(delete, list) or not all(isinstance(d, str) for d in delete):
+            raise ConsoleError(400, 'delete: expected a list of config names ({"set": {...}, "delete": [...]})')
+        await view.alter_topic_configs(name, io.settings(body.get("set") or {}, "set"), delete)
         return io.answer(await view.topic(name))
 
     async def delete(request: web.Request) -> web.Response:
@@ -45,7 +42,7 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
 
     async def messages(request: web.Request) -> web.Response:
         name = io.topic_name(request.match_info["name"])
-        partition = io.required_integer(request.match_info["partition"], "partition")
+        partition = io.required_integer(request.match_info["partition"], "partition", high=io.INT_MAX)
         offset = io.integer(request.query.get("offset"), "offset")
         timestamp = io.integer(request.query.get("timestamp"), "timestamp")
         limit = io.integer(request.query.get("limit"), "limit", low=1, high=MAX_PAGE) or 50
@@ -59,11 +56,10 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
         encoding = body.get("encoding", "text")
         if encoding not in ("text", "base64"):
             raise ConsoleError(400, "encoding: expected text or base64")
-        headers = body.get("headers") or {}
-        if not isinstance(headers, dict):
-            raise ConsoleError(400, "headers: expected an object of header names to values")
+        headers = io.settings(body.get("headers") or {}, "headers")
         produced = await view.produce(
-            name, io.integer(body.get("partition"), "partition"), io.payload(body.get("key"), "key", encoding),
+            name, io.integer(body.get("partition"), "partition", high=io.INT_MAX),
+            io.payload(body.get("key"), "key", encoding),
             io.payload(body.get("value"), "value", encoding),
             [(str(k), io.payload(v, f"header {k}", encoding) or b"") for k, v in headers.items()])
         return io.answer(produced, 201)

@@ -23,8 +23,8 @@ class ConsoleError(Exception):
 class PartitionState:
     partition: int
     leader: int
-    earliest: int
-    latest: int
+    earliest: int | None  # None: the partition did not answer (no leader for now, in the middle of a move)
+    latest: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,7 @@ class Message:
     key: str | None  # base64: the page decodes it as text, JSON or hex
     value: str | None
     headers: list[Header]
+    truncated: bool = False  # key or value longer than the console shows: cut at MAX_VALUE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,7 @@ class PartitionLag:
     topic: str
     partition: int
     committed: int | None
-    latest: int
+    latest: int | None  # None: the partition did not answer (no leader, or its topic is gone)
     lag: int | None
 
 
@@ -120,16 +121,19 @@ class GroupDetail:
     coordinator: int
     members: list[Member]
     offsets: list[PartitionLag] = field(default_factory=list)
+    total_lag: int = 0  # the offsets' lags summed (partitions whose latest offset is unknown count 0)
 
-    @property
-    def total_lag(self) -> int:
-        return sum(o.lag or 0 for o in self.offsets)
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    iterations: int
 
 
 @dataclass(frozen=True, slots=True)
 class ScramUser:
     name: str
-    mechanisms: list[str]  # "SCRAM-SHA-256 (4096 iterations)"
+    credentials: list[ScramCredential]
 
 
 @dataclass(frozen=True, slots=True, order=True)

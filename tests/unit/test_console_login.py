@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafscale.console.credentials import LoginPolicy, UiCredentials, console_login_env
-from kafscale.console.kafka_view import read_client_config
+from kafscale.console.kafka_clients import read_client_config
 from kafscale.console.sessions import MAX_SESSIONS, Sessions
 
 

@@ -79,3 +79,21 @@ def allowed(broker: Broker, ctx: RequestContext, operation: Operation, resource_
 
 def allowed_on_cluster(broker: Broker, ctx: RequestContext, operation: Operation) -> bool:
     return allowed(broker, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+# Kafka's "authorized operations" (KIP-430): a bit set, bit n for AclOperation n the principal may do on a
+# resource; this value when the client did not ask. The operations an ACL can grant on each resource type are
+# Kafka's AclEntry.supportedOperations.
+OPERATIONS_NOT_REQUESTED = -(2**31)
+SUPPORTED_OPERATIONS = {
+    ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+                           Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE),
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.DELETE,
+                         Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+}
+
+
+def authorized_operations(broker: Broker, ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
+    return sum(1 << op for op in SUPPORTED_OPERATIONS[resource_type]
+               if allowed(broker, ctx, op, resource_type, name))

@@ -1,4 +1,5 @@
-"""DescribeCluster v0-v1: every shard is a broker; the controller id is 0, as Metadata says."""
+"""DescribeCluster v0-v1: every shard is a broker; the controller id is 0, as Metadata says. Asked for them, the
+cluster operations the principal may do, as Kafka's bit set (bit n: AclOperation n)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,21 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed_on_cluster, make, response_module
+from kafscale.acceptor.handlers.common import (
+    NO_THROTTLE,
+    OPERATIONS_NOT_REQUESTED,
+    allowed_on_cluster,
+    authorized_operations,
+    make,
+    response_module,
+)
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
-from kafscale.security.acl import Operation
+from kafscale.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 API_KEY, MIN_VERSION, MAX_VERSION = 60, 0, 1
 ENDPOINT_BROKERS = 1
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's value when the client did not ask for them
+AUTHORIZED_OPERATIONS_OMITTED = OPERATIONS_NOT_REQUESTED
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -33,6 +41,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
     brokers = tuple(make(mod.DescribeClusterBroker, broker_id=s.id, host=host, port=port, rack=None)
                     for s in broker.placement.shards for host, port in (s.on(ctx.listener.name),))
+    wanted = bool(getattr(req, "include_cluster_authorized_operations", False))
+    operations = authorized_operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME) if wanted \
+        else AUTHORIZED_OPERATIONS_OMITTED
     return make(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 error_message=None, endpoint_type=ENDPOINT_BROKERS, cluster_id=broker.cluster_id,
-                controller_id=0, brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                controller_id=0, brokers=brokers, cluster_authorized_operations=operations)

@@ -10,15 +10,21 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed, make, response_module
+from kafscale.acceptor.handlers.common import (
+    NO_THROTTLE,
+    OPERATIONS_NOT_REQUESTED,
+    allowed,
+    authorized_operations,
+    make,
+    response_module,
+)
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
 from kafscale.groups.state import State
 from kafscale.security.acl import Operation, ResourceType
 
 API_KEY, MIN_VERSION, MAX_VERSION = 15, 0, 5
-GROUP_OPERATIONS = (Operation.READ, Operation.DELETE, Operation.DESCRIBE)
-NOT_REQUESTED = -(2**31)
+NOT_REQUESTED = OPERATIONS_NOT_REQUESTED
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -47,11 +53,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     member_assignment=m.assignment) for m in g.members.values()),
             }
         groups.append(make(mod.DescribedGroup, error_code=error, group_id=group_id,
-                           authorized_operations=_operations(broker, ctx, group_id) if wanted else NOT_REQUESTED,
+                           authorized_operations=authorized_operations(broker, ctx, ResourceType.GROUP, group_id)
+                           if wanted else NOT_REQUESTED,
                            **fields))
     return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
-
-
-def _operations(broker: Broker, ctx: RequestContext, group_id: str) -> int:
-    """Kafka's authorized-operations bit set: bit n for AclOperation n the principal may do on the group."""
-    return sum(1 << op for op in GROUP_OPERATIONS if allowed(broker, ctx, op, ResourceType.GROUP, group_id))

@@ -11,17 +11,26 @@ from __future__ import annotations
 import contextlib
 import uuid
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed, allowed_on_cluster, make, response_module
+from kafscale.acceptor.handlers.common import (
+    NO_THROTTLE,
+    OPERATIONS_NOT_REQUESTED,
+    allowed,
+    allowed_on_cluster,
+    authorized_operations,
+    make,
+    response_module,
+)
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
 from kafscale.cluster.topics import TopicExistsError, TopicInfo, topic_name_problem
 from kafscale.protocol.codec import encode_response, readdress_response
 from kafscale.protocol.produce_codec import EncodedResponse
-from kafscale.security.acl import Operation, ResourceType
+from kafscale.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _ZERO_UUID = uuid.UUID(int=0)
@@ -70,7 +79,21 @@ def partition(broker: Broker, mod: Any, info: TopicInfo, p: int) -> Any:
                 leader_epoch=epoch, replica_nodes=(leader,), isr_nodes=(leader,), offline_replicas=())
 
 
-def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, str | None, TopicInfo | None]]) -> Any:
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """The authorized operations a Metadata v8+ request asks for (KIP-430): the cluster's (v8-v10), each topic's."""
+
+    cluster: bool = False
+    topics: bool = False
+
+    @staticmethod
+    def of(req: Any) -> Asked:
+        return Asked(bool(getattr(req, "include_cluster_authorized_operations", False)),
+                     bool(getattr(req, "include_topic_authorized_operations", False)))
+
+
+def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, str | None, TopicInfo | None]],
+           asked: Asked = Asked()) -> Any:
     mod = response_module(ctx)
     brokers = tuple(make(mod.MetadataResponseBroker, node_id=s.id, host=host, port=port, rack=None)
                     for s in broker.placement.shards for host, port in (s.on(ctx.listener.name),))
@@ -79,28 +102,35 @@ def answer(broker: Broker, ctx: RequestContext, answers: list[tuple[ErrorCode, s
         partitions = ()
         if info is not None:
             partitions = tuple(partition(broker, mod, info, p) for p in range(info.partitions))
+        operations = authorized_operations(broker, ctx, ResourceType.TOPIC, name) \
+            if asked.topics and info is not None and name is not None else OPERATIONS_NOT_REQUESTED
         topics.append(make(
             mod.MetadataResponseTopic, error_code=code, name=name,
             topic_id=info.id if info else _ZERO_UUID, is_internal=False, partitions=partitions,
+            topic_authorized_operations=operations,
         ))
+    cluster = authorized_operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME) if asked.cluster \
+        else OPERATIONS_NOT_REQUESTED
     return make(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
-                cluster_id=broker.cluster_id, controller_id=0, topics=tuple(topics))
+                cluster_id=broker.cluster_id, controller_id=0, topics=tuple(topics),
+                cluster_authorized_operations=cluster)
 
 
-def answer_all_topics(broker: Broker, ctx: RequestContext) -> Any:
+def answer_all_topics(broker: Broker, ctx: RequestContext, asked: Asked = Asked()) -> Any:
     """Every topic the client may describe, from a frame kept until the topics, shards or ACLs change."""
     authorizer = broker.acls.authorizer
     viewer = (str(ctx.principal), ctx.client_host) if authorizer is not None else None
     view = (broker.topics.generation, tuple(broker.placement.shards), broker.cluster_id, authorizer)
     frames = _all_topics_frames.setdefault(broker, {})
-    key = (ctx.api_version, ctx.listener.name, viewer)
+    key = (ctx.api_version, ctx.listener.name, viewer, asked)
     cached = frames.get(key)
     if cached is not None and cached[0] == view:
         return EncodedResponse(API_KEY, ctx.api_version, readdress_response(cached[1], ctx.correlation_id))
     infos = sorted(broker.topics.topics.values(), key=lambda i: i.name)
     if authorizer is not None:
         infos = [i for i in infos if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, i.name)]
-    frame = encode_response(ctx.correlation_id, answer(broker, ctx, [(ErrorCode.none, i.name, i) for i in infos]))
+    frame = encode_response(ctx.correlation_id,
+                            answer(broker, ctx, [(ErrorCode.none, i.name, i) for i in infos], asked))
     if len(frames) >= FRAMES_KEPT:
         frames.clear()
     frames[key] = (view, bytes(frame))
@@ -108,8 +138,9 @@ def answer_all_topics(broker: Broker, ctx: RequestContext) -> Any:
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    asked = Asked.of(req)
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
-        return answer_all_topics(broker, ctx)
+        return answer_all_topics(broker, ctx, asked)
     auto = bool(getattr(req, "allow_auto_topic_creation", True))
     answers: list[tuple[ErrorCode, str | None, TopicInfo | None]] = []
     for t in req.topics:
@@ -124,4 +155,4 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             continue
         code, info = await resolve(broker, ctx, name, auto)
         answers.append((code, name, info))
-    return answer(broker, ctx, answers)
+    return answer(broker, ctx, answers, asked)

@@ -69,6 +69,13 @@ function decode(b64, how) {
   return h("pre", {}, text);
 }
 
+function when(ms) { // a record's timestamp; one outside what a Date can hold is shown as it is
+  const d = new Date(ms);
+  return Number.isFinite(d.getTime()) && ms >= 0 ? d.toISOString() : String(ms);
+}
+
+const num = v => (v === null || v === undefined) ? "-" : String(v);
+
 function sparkline(values, testid) { // an SVG line of the last values (lag over time)
   if (values.length === 1) values = [values[0], values[0]]; // one sample: a level line
   const w = 320, ht = 60, max = Math.max(1, ...values);
@@ -178,8 +185,9 @@ const pages = {
       msgs.replaceChildren(h("p", {class: "muted"}, `${page.messages.length} message(s) from offset ${page.start}` +
         ` of partition ${page.partition} (latest ${page.latest})`),
         table([["offset", "num"], ["timestamp"], ["key"], ["value"], ["headers"]],
-          page.messages.map(m => [String(m.offset), new Date(m.timestamp).toISOString(), decode(m.key, how),
-            decode(m.value, how), h("div", {}, m.headers.map(x => h("div", {}, `${x.key}: `, decode(x.value, "text"))))]),
+          page.messages.map(m => [String(m.offset), when(m.timestamp), decode(m.key, how),
+            h("div", {}, decode(m.value, how), m.truncated ? h("p", {class: "muted"}, "(cut: longer than 64 KiB)") : ""),
+            h("div", {}, m.headers.map(x => h("div", {}, `${x.key}: `, decode(x.value, "text"))))]),
           "messages"));
     };
     const browse = async () => {
@@ -221,7 +229,7 @@ const pages = {
     return {async refresh() {
       const t = await api("GET", `/api/topics/${encodeURIComponent(name)}`);
       parts.replaceChildren(table([["partition", "num"], ["leader", "num"], ["earliest", "num"], ["latest", "num"]],
-        t.partitions.map(p => [String(p.partition), String(p.leader), String(p.earliest), String(p.latest)]),
+        t.partitions.map(p => [String(p.partition), String(p.leader), num(p.earliest), num(p.latest)]),
         "partitions"));
       configs.replaceChildren(table([["config"], ["value"], ["source"]],
         t.configs.map(c => [c.name, c.sensitive ? "(sensitive)" : (c.value ?? ""), c.source]), "configs"));
@@ -269,7 +277,7 @@ const pages = {
         g.members.map(m => [m.member_id, m.client_id, m.host, m.assignment.join(", ")]), "members")
         : h("p", {class: "muted"}, "no members"));
       offsets.replaceChildren(table([["topic"], ["partition", "num"], ["committed", "num"], ["latest", "num"], ["lag", "num"]],
-        g.offsets.map(o => [o.topic, String(o.partition), String(o.committed ?? "-"), String(o.latest), String(o.lag ?? "-")]),
+        g.offsets.map(o => [o.topic, String(o.partition), num(o.committed), num(o.latest), num(o.lag)]),
         "offsets"));
     }};
   },
@@ -302,16 +310,18 @@ const pages = {
         h("button", {type: "submit"}, "Add ACL")));
     return {async refresh() {
       const [us, as] = await Promise.all([api("GET", "/api/users"), api("GET", "/api/acls")]);
-      users.replaceChildren(us.length ? table([["user"], ["credentials"], [""]], us.map(u => [u.name, u.mechanisms.join(", "),
+      const rows = us.flatMap(u => u.credentials.map(c => [u.name, `${c.mechanism} (${c.iterations} iterations)`,
         h("button", {class: "danger", onclick: () => {
-          if (window.confirm(`Delete the SCRAM-SHA-256 credential of ${u.name}?`))
-            act(`deleted ${u.name}`, () => api("DELETE", `/api/users/${encodeURIComponent(u.name)}?confirm=${encodeURIComponent(u.name)}`));
-        }}, "Delete")]), "users") : h("p", {class: "muted"}, "no users"));
+          if (window.confirm(`Delete the ${c.mechanism} credential of ${u.name}?`))
+            act(`deleted ${c.mechanism} of ${u.name}`, () => api("DELETE", `/api/users/${encodeURIComponent(u.name)}?` +
+              new URLSearchParams({confirm: u.name, mechanism: c.mechanism})));
+        }}, "Delete")]));
+      users.replaceChildren(rows.length ? table([["user"], ["credential"], [""]], rows, "users") : h("p", {class: "muted"}, "no users"));
       acls.replaceChildren(as.length ? table([["resource"], ["pattern"], ["principal"], ["host"], ["operation"], ["permission"], [""]],
         as.map(a => [`${a.resource_type}:${a.resource_name}`, a.pattern_type, a.principal, a.host, a.operation, a.permission,
           h("button", {class: "danger", onclick: () => {
             if (window.confirm(`Remove ${a.permission} ${a.operation} on ${a.resource_type}:${a.resource_name} for ${a.principal}?`))
-              act("removed the ACL", () => api("POST", "/api/acls/delete", a));
+              act("removed the ACL", () => api("POST", `/api/acls/delete?${new URLSearchParams({confirm: a.principal})}`, a));
           }}, "Remove")]), "acls") : h("p", {class: "muted"}, "no ACLs"));
     }};
   },
@@ -354,7 +364,7 @@ async function route() {
   document.getElementById("flash").hidden = true;
   const name = arg ? decodeURIComponent(arg) : null;
   const kind = name ? page.replace(/s$/, "") : page;
-  const make = pages[kind] || pages.overview;
+  const make = Object.hasOwn(pages, kind) ? pages[kind] : pages.overview;
   document.querySelectorAll("nav a[data-page]").forEach(a => a.classList.toggle("active", a.dataset.page === page));
   current = make(main, name);
   const refresh = current.refresh.bind(current);

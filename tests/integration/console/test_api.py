@@ -53,15 +53,37 @@ def test_logins_follow_the_two_variables(console: ConsoleServer, broker_embedded
 
 
 def test_failed_logins_are_counted_and_slowed_down(console: ConsoleServer) -> None:
-    before = console.api.failed_logins
+    before = console.api.throttle.total
     took = []
     for _ in range(12):
         started = time.monotonic()
         r = requests.post(console.url + "api/login", json={"username": USER, "password": "nope"}, timeout=30)
         took.append(time.monotonic() - started)
         assert r.status_code == 401
-    assert console.api.failed_logins - before == 12
+    assert console.api.throttle.total - before == 12
     assert min(took) >= 0.1  # Kafka's failed-authentication delay, at least, for every failure
+
+
+def test_logins_from_one_address_are_answered_one_at_a_time(console: ConsoleServer) -> None:
+    """Parallel guesses gain nothing: while one login from an address waits out its slowdown, the others are
+    refused at once (429) without their password being tried."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def guess(_: int) -> int:
+        return requests.post(console.url + "api/login", json={"username": USER, "password": "guess"},
+                             timeout=30).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(guess, range(8)))
+    assert set(codes) <= {401, 429} and 429 in codes and 401 in codes
+
+
+def test_a_body_that_is_not_json_is_refused_before_anything_is_read(console: ConsoleServer) -> None:
+    """A form of another site posts text/plain without a preflight: the API reads JSON only."""
+    form = requests.post(console.url + "api/login", data=f'{{"username": "{USER}", "password": "{PASSWORD}"}}',
+                         headers={"Content-Type": "text/plain"}, timeout=10)
+    assert form.status_code == 415 and "application/json" in form.json()["error"]
+    assert COOKIE not in form.cookies
 
 
 def test_changes_need_the_sessions_csrf_token_and_a_live_session(console: ConsoleServer) -> None:
@@ -150,6 +172,12 @@ def test_topics_are_created_altered_and_deleted_only_when_confirmed(console: Con
     ("GET", "api/topics/{topic}/partitions/0/messages?offset=ten", None, 400, "offset: expected an integer"),
     ("GET", "api/topics/{topic}/partitions/0/messages?limit=100000", None, 400, "limit: 100000 is out of range"),
     ("GET", "api/topics/{topic}/partitions/0/messages?offset=1&timestamp=2", None, 400, "not both"),
+    ("GET", "api/topics/{topic}/partitions/0/messages?offset=" + "9" * 30, None, 400, "offset: 999"),
+    ("GET", "api/topics/{topic}/partitions/99999999999/messages", None, 400, "partition: 99999999999 is out of range"),
+    ("POST", "api/topics/{topic}/messages", {"value": "x", "partition": 5}, 404, "has no partition 5"),
+    ("POST", "api/topics/no-such-topic-here/messages", {"value": "x"}, 404, "UNKNOWN_TOPIC_OR_PART"),
+    ("PATCH", "api/topics/{topic}/configs", {"set": {"retention.ms": None}}, 400, "set: expected an object"),
+    ("POST", "api/topics", {"name": "x", "configs": {"a": True}}, 400, "configs: expected an object"),
     ("GET", "api/topics/{topic}/partitions/7/messages", None, 404, "has no partition 7"),
     ("GET", "api/topics/no-such-topic-here/partitions/0/messages", None, 404, "UNKNOWN_TOPIC_OR_PART"),
     ("GET", "api/topics/no-such-topic-here", None, 404, "UNKNOWN_TOPIC_OR_PART"),

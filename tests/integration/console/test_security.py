@@ -12,20 +12,20 @@ from kafscale.console.server import ConsoleServer
 from kafscale.testing.console import stop_console
 from kafscale.testing.inprocess import InProcessBroker
 from tests.integration.console.conftest import console_as, log_in, logged_in, shot
-from tests.integration.test_acls import allow, create_topic, grant, name
+from tests.integration.test_acls import allow, create_topic, grant, name, produce
 from tests.integration.test_security import wait_for
 
 
 def test_scram_users_are_listed_added_and_deleted(admin_console: ConsoleServer, acl_broker: InProcessBroker) -> None:
     s = logged_in(admin_console)
-    users = {u["name"]: u["mechanisms"] for u in s.get(admin_console.url + "api/users", timeout=30).json()}
-    assert users["alice"] == ["SCRAM-SHA-256 (4096 iterations)"] and {"admin", "bob"} <= set(users)
+    users = {u["name"]: u["credentials"] for u in s.get(admin_console.url + "api/users", timeout=30).json()}
+    assert users["alice"] == [{"mechanism": "SCRAM-SHA-256", "iterations": 4096}] and {"admin", "bob"} <= set(users)
     carol = name("carol")
     r = s.post(admin_console.url + "api/users", json={"name": carol, "password": "carol-pw",
                                                       "mechanism": "SCRAM-SHA-512", "iterations": 8192}, timeout=30)
     assert r.status_code == 201, r.text
-    users = {u["name"]: u["mechanisms"] for u in s.get(admin_console.url + "api/users", timeout=30).json()}
-    assert users[carol] == ["SCRAM-SHA-512 (8192 iterations)"]
+    users = {u["name"]: u["credentials"] for u in s.get(admin_console.url + "api/users", timeout=30).json()}
+    assert users[carol] == [{"mechanism": "SCRAM-SHA-512", "iterations": 8192}]
     # The password works: carol logs in to the broker with it.
     wait_for(lambda: acl_broker.shard.core.credentials.any_of(carol))  # type: ignore[union-attr]
 
@@ -56,7 +56,9 @@ def test_acls_are_listed_created_and_removed(admin_console: ConsoleServer) -> No
                       ({**entry, "resource_type": "BROKER"}, "resource_type: expected one of TOPIC")):
         r = s.post(admin_console.url + "api/acls", json=bad, timeout=30)
         assert r.status_code == 400 and says in r.json()["error"]
-    removed = s.post(admin_console.url + "api/acls/delete", json=entry, timeout=30)
+    unconfirmed = s.post(admin_console.url + "api/acls/delete", json=entry, timeout=30)
+    assert unconfirmed.status_code == 400 and "?confirm=User:bob" in unconfirmed.json()["error"]
+    removed = s.post(admin_console.url + "api/acls/delete", params={"confirm": "User:bob"}, json=entry, timeout=30)
     assert removed.status_code == 200 and removed.json() == {"deleted": 1}
     listed = s.get(admin_console.url + "api/acls", timeout=30).json()
     assert entry not in listed and second in listed
@@ -67,7 +69,9 @@ def test_the_console_sees_and_does_only_what_its_principals_acls_allow(acl_broke
     visible, hidden = name("console-seen-"), name("console-hidden-")
     create_topic(acl_broker, visible)
     create_topic(acl_broker, hidden)
-    grant(acl_broker, allow(ResourceType.TOPIC, visible, AclOperation.DESCRIBE, user="bob"))
+    grant(acl_broker, allow(ResourceType.TOPIC, visible, AclOperation.DESCRIBE, user="bob"),
+          allow(ResourceType.TOPIC, visible, AclOperation.READ, user="bob"))
+    produce(acl_broker, "admin", visible, 3)
     console = console_as(acl_broker, "bob", tmp_path)
     try:
         s = logged_in(console)
@@ -76,6 +80,15 @@ def test_the_console_sees_and_does_only_what_its_principals_acls_allow(acl_broke
         refused = s.post(console.url + "api/topics", json={"name": name("console-made-"), "partitions": 1},
                          timeout=30)
         assert refused.status_code == 403 and "AUTHORIZATION_FAILED" in refused.json()["error"]
+        # Reading needs READ on the topic only: the browsing consumer's group id is refused, and harmless.
+        page = s.get(console.url + f"api/topics/{visible}/partitions/0/messages", timeout=60)
+        assert page.status_code == 200, page.text
+        assert [m["offset"] for m in page.json()["messages"]] == [0, 1, 2]
+        hidden_page = s.get(console.url + f"api/topics/{hidden}/partitions/0/messages", timeout=60)
+        assert hidden_page.status_code in (403, 404), hidden_page.text  # as Metadata hides it: unknown
+        moved = s.post(console.url + "api/placement/move", json={"topic": visible, "partition": 0, "shard": 0},
+                       timeout=30)
+        assert moved.status_code == 403 and "may not ALTER the cluster" in moved.json()["error"]
         made = s.post(console.url + "api/acls", json={
             "resource_type": "TOPIC", "resource_name": visible, "pattern_type": "LITERAL", "principal": "User:bob",
             "host": "*", "operation": "WRITE", "permission": "ALLOW"}, timeout=30)

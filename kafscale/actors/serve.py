@@ -96,6 +96,12 @@ def serve(config: BrokerConfig) -> int:
             from kafscale.actors.metadata_actor import start_metadata_actor
 
             start_metadata_actor(METADATA_ACTOR_NAME, config, RAY_NAMESPACE, env, here)
+        with contextlib.suppress(ValueError):  # ValueError: no controller runs yet
+            ray.get_actor(CONTROLLER_NAME, namespace=RAY_NAMESPACE)
+            if console_login_env(os.environ):
+                log.warning("a controller already runs in this cluster: its console keeps the login it started "
+                            "with (KAFSCALE_UI_USERNAME/PASSWORD here are not applied; restart the cluster to change "
+                            "them)")
         controller = Controller.options(  # type: ignore[attr-defined]
             name=CONTROLLER_NAME, namespace=RAY_NAMESPACE, get_if_exists=True, lifetime="detached",
             runtime_env={"env_vars": env}, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),

@@ -57,3 +57,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """KAFSCALE_TEST_FAILURES=FILE: each failure's test id and phase, appended as it happens (a long run's -q output
+    names its failures only at the end, and on two workers not even in order)."""
+    path = os.environ.get("KAFSCALE_TEST_FAILURES")
+    if path and report.failed:
+        with open(path, "a") as out:
+            out.write(f"{report.when}\t{report.nodeid}\n")

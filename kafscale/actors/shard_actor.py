@@ -198,7 +198,8 @@ class ShardActor:
         return {"shard": self.shard_id, "pid": os.getpid(), "port": host.listener.port,
                 "owners": len(host.core.owners), "connections": host.listener.connections,
                 "s3": host.core.objects.state().name.lower(), "event_loop": event_loop,
-                "frozen_objects": gc.get_freeze_count(), "gc_thresholds": list(gc.get_threshold())}
+                "frozen_objects": gc.get_freeze_count(), "gc_thresholds": list(gc.get_threshold()),
+                "actor_id": ray.get_runtime_context().get_actor_id()}  # the console links its Ray dashboard page
 
     async def stop(self) -> None:
         if self.host is not None:

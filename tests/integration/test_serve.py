@@ -133,6 +133,7 @@ def test_serve_serves_the_console_beside_the_controller(tmp_path: Path) -> None:
         assert shards == [(0, serve.ports[0], True), (1, serve.ports[1], True)]
         assert overview["controller"]["pid"] > 0 and overview["metadata_store"] == "ok"
         assert {"busy", "bytes_in_per_s", "s3"} <= set(overview["shards"]["0"])
+        assert re.fullmatch("[0-9a-f]{32}", overview["shards"]["0"]["actor_id"])  # the page links the actor's page
         _create_topic(serve.bootstrap, "seen-by-the-console", 2)
         topics = s.get(url + "api/topics", timeout=30).json()
         assert {"name": "seen-by-the-console", "partitions": 2, "records": 0, "internal": False} in topics

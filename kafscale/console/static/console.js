@@ -94,7 +94,8 @@ function sparkline(values, testid) { // an SVG line of the last values (lag over
 let links = {};
 function rayLink(status) { // the shard's actor in the Ray dashboard: its logs, stack and flame graph are there
   if (!links.ray_dashboard || !status.pid) return "-";
-  return h("a", {href: `${links.ray_dashboard}/#/actors`, target: "_blank", rel: "noopener"}, `actor pid ${status.pid}`);
+  const page = /^[0-9a-f]+$/.test(status.actor_id || "") ? `actors/${status.actor_id}` : "actors";
+  return h("a", {href: `${links.ray_dashboard}/#/${page}`, target: "_blank", rel: "noopener"}, `actor pid ${status.pid}`);
 }
 
 function confirmDelete(what, name, doDelete) { // the name typed again, as the API asks

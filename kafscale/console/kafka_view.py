@@ -117,13 +117,19 @@ class KafkaClusterView:
         return [TopicSummary(name, len(ps), sum(readable(name, p) for p in ps), name.startswith("__"))
                 for name, ps in sorted(found.items())]
 
-    async def topic(self, name: str) -> TopicDetail:
-        leaders = (await self._partitions(name)).get(name)
+    async def _log_bounds(self, topic: str) -> tuple[dict[int, int], list[tuple[str, int]],
+                                                     dict[tuple[str, int], int | None],
+                                                     dict[tuple[str, int], int | None]]:
+        """A topic's leaders, its partitions, and their earliest and latest offsets (404 if it does not exist)."""
+        leaders = (await self._partitions(topic)).get(topic)
         if leaders is None:
-            raise ConsoleError(404, f"topic {name!r} does not exist")
-        parts = [(name, p) for p in sorted(leaders)]
-        earliest = await self._offsets(parts, OffsetSpec.earliest())
-        latest = await self._offsets(parts, OffsetSpec.latest())
+            raise ConsoleError(404, f"topic {topic!r} does not exist")
+        parts = [(topic, p) for p in sorted(leaders)]
+        return (leaders, parts, await self._offsets(parts, OffsetSpec.earliest()),
+                await self._offsets(parts, OffsetSpec.latest()))
+
+    async def topic(self, name: str) -> TopicDetail:
+        leaders, parts, earliest, latest = await self._log_bounds(name)
         resource = ConfigResource("TOPIC", name)
         entries = await answer_of(f"configs of topic {name!r}", self.admin.describe_configs([resource])[resource])
         configs = [ConfigEntry(e.name, e.value, _source(e.source),
@@ -206,12 +212,7 @@ class KafkaClusterView:
                            sum(o.lag or 0 for o in lags))
 
     async def reset_offsets(self, group_id: str, topic: str, to: ResetTo, value: int | None) -> list[PartitionLag]:
-        leaders = (await self._partitions(topic)).get(topic)
-        if leaders is None:
-            raise ConsoleError(404, f"topic {topic!r} does not exist")
-        parts = [(topic, p) for p in sorted(leaders)]
-        earliest = await self._offsets(parts, OffsetSpec.earliest())
-        latest = await self._offsets(parts, OffsetSpec.latest())
+        _, parts, earliest, latest = await self._log_bounds(topic)
         missing = sorted(p for (_, p) in parts if earliest[topic, p] is None or latest[topic, p] is None)
         if missing:
             raise ConsoleError(503, f"partitions {missing} of {topic!r} did not answer (moving?): try again")

@@ -53,9 +53,9 @@ def logged_in(broker: InProcessBroker, user: str) -> Iterator[socket.socket]:
 USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
-    d = tmp_path_factory.mktemp("acl-broker")
+@contextlib.contextmanager
+def acl_broker_in(d: Path) -> Iterator[InProcessBroker]:
+    """SASL_PLAINTEXT with SCRAM, the ACL authorizer, super user User:admin; USERS' credentials in place."""
     config = BrokerConfig(listeners="SASL_PLAINTEXT://127.0.0.1:0", authorizer="acl", super_users="User:admin",
                           sasl_enabled_mechanisms="SCRAM-SHA-256,PLAIN", metrics_listen="", flush_interval_ms=20)
     b = InProcessBroker(config, meta=lambda: EmbeddedStore(d / "meta.db"), objects=lambda: LocalDirStore(d / "o"))
@@ -64,6 +64,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker
             b.run(credentials.upsert(b.shard.core.meta, user,  # type: ignore[union-attr]
                                      ScramCredential.from_password(Mechanism.SCRAM_SHA_256, password)))
         wait_for(lambda: all(b.shard.core.credentials.any_of(u) for u in USERS))  # type: ignore[union-attr]
+        yield b
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    with acl_broker_in(tmp_path_factory.mktemp("acl-broker")) as b:
         yield b
 
 

@@ -12,18 +12,12 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from kafscale.config import BrokerConfig
 from kafscale.console.server import ConsoleServer
 from kafscale.console.sessions import CSRF_HEADER
-from kafscale.security import credentials
-from kafscale.security.scram import Mechanism, ScramCredential
-from kafscale.storage.embedded_store import EmbeddedStore
-from kafscale.storage.local_store import LocalDirStore
 from kafscale.testing.console import chromium_path, console_beside, stop_console
 from kafscale.testing.inprocess import InProcessBroker
 from tests.integration.conftest import Cluster
-from tests.integration.test_acls import USERS
-from tests.integration.test_security import wait_for
+from tests.integration.test_acls import USERS, acl_broker_in
 
 USER, PASSWORD = "operator", "correct horse battery staple"
 LOGIN_ENV = {"KAFSCALE_UI_USERNAME": USER, "KAFSCALE_UI_PASSWORD": PASSWORD}
@@ -43,16 +37,8 @@ def console(broker_embedded: Cluster) -> Iterator[ConsoleServer]:
 
 @pytest.fixture(scope="package")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
-    """SASL_PLAINTEXT with SCRAM, the ACL authorizer, super user User:admin; alice and bob ordinary users."""
-    d = tmp_path_factory.mktemp("console-acl-broker")
-    config = BrokerConfig(listeners="SASL_PLAINTEXT://127.0.0.1:0", authorizer="acl", super_users="User:admin",
-                          sasl_enabled_mechanisms="SCRAM-SHA-256,PLAIN", metrics_listen="", flush_interval_ms=20)
-    b = InProcessBroker(config, meta=lambda: EmbeddedStore(d / "meta.db"), objects=lambda: LocalDirStore(d / "o"))
-    with b:
-        for user, password in USERS.items():
-            b.run(credentials.upsert(b.shard.core.meta, user,  # type: ignore[union-attr]
-                                     ScramCredential.from_password(Mechanism.SCRAM_SHA_256, password)))
-        wait_for(lambda: all(b.shard.core.credentials.any_of(u) for u in USERS))  # type: ignore[union-attr]
+    """test_acls' broker: SASL_PLAINTEXT with SCRAM, the ACL authorizer, super user User:admin, alice and bob."""
+    with acl_broker_in(tmp_path_factory.mktemp("console-acl-broker")) as b:
         yield b
 
 

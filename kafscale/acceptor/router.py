@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kafscale.protocol.codec import decode_request, request_class, response_class
+from kafscale.protocol.codec import decode_request
+from kafscale.protocol.schemas import has_schemas
 from kafscale.security.principal import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
@@ -76,10 +77,11 @@ class Router:
             raise ValueError(f"API key {api_key} is already registered")
         if not 0 <= min_version <= max_version:
             raise ValueError(f"bad version range {min_version}..{max_version} for API key {api_key}")
-        for version in range(min_version, max_version + 1):
-            # Fail at start-up, not on the first request, when kio lacks a version.
-            request_class(api_key, version)
-            response_class(api_key, version)
+        # Fail at start-up, not on the first request, when kio lacks a version; the classes themselves load on
+        # the first request of each version.
+        missing = [v for v in range(min_version, max_version + 1) if not has_schemas(api_key, v)]
+        if missing:
+            raise ValueError(f"API key {api_key}: kio has no schemas for versions {missing}")
         self._routes[api_key] = Route(min_version, max_version, handler, decode,
                                       gets_task=_is_coroutine_function(handler))
 

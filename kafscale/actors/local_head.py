@@ -25,6 +25,10 @@ def ray_environment() -> dict[str, str]:
     env.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     env.setdefault("RAY_AUTH_MODE", "disabled")
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray starts its workers, our shards among them, at nice 15: any ordinary process on the machine (the
+    # client producing into them, a build) then takes the CPU first, and a busy machine starved the shards of
+    # seconds at a time. The shards are the service here: they run at the niceness of Ray's own daemons.
+    env.setdefault("RAY_worker_niceness", "0")
     return env
 
 
@@ -46,7 +50,7 @@ class LocalRayHead:
         ray_bin = Path(sys.executable).with_name("ray")
         env = ray_environment()
         os.environ.update({k: env[k] for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE",
-                                               "RAY_USAGE_STATS_ENABLED")})
+                                               "RAY_USAGE_STATS_ENABLED", "RAY_worker_niceness")})
         dashboard = ["--include-dashboard=false"]
         if self.dashboard_port:
             dashboard = ["--include-dashboard=true", "--dashboard-host=127.0.0.1",

@@ -52,6 +52,14 @@ def known_versions(api_key: int) -> tuple[int, int] | None:
     return _KNOWN_VERSIONS.get(api_key)
 
 
+def has_schemas(api_key: int, version: int) -> bool:
+    """Whether kio has both schemas of (api_key, version), from its index alone: importing a version's modules
+    costs a few milliseconds each, about 2 s for all that a broker serves, which a shard start must not pay."""
+    name = api_key_map.get(api_key)  # type: ignore[call-overload]
+    entities = schema_name_map.get(name, {}).get(version, {}) if name is not None else {}
+    return len(entities) == 2
+
+
 def _load(loader: Callable[[int, int], type[Any]], api_key: int, version: int) -> type[Any]:
     if known_versions(api_key) is None:
         raise UnknownApiKey(api_key)

@@ -28,6 +28,7 @@ def _ray_env() -> None:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_worker_niceness", "0")  # as `kafscale serve`'s own head (actors/local_head.py)
 
 
 class RayTestCluster:

@@ -286,6 +286,7 @@ class SeaweedS3Server(_S3Server):
         self._ports = ports
         args = [
             self.weed,
+            "-logtostderr",  # into weed.log beside its data, not glog's files in /tmp
             "mini",
             f"-dir={self.data_dir}",
             f"-ip={_HOST}",

@@ -153,7 +153,7 @@ def test_serve_serves_the_console_beside_the_controller(tmp_path: Path) -> None:
         assert refused.status_code == 400 and refused.json() == {"error": "shard 7 is not live"}
 
 
-def test_shards_run_on_uvloop_with_their_startup_heap_out_of_the_gc(tmp_path: Path) -> None:
+def test_shards_run_on_uvloop_at_nice_0_with_their_startup_heap_out_of_the_gc(tmp_path: Path) -> None:
     """The process settings the broker's speed rests on (docs/performance.md, "Measured facts behind the
     design"): Ray runs the shard's event loop on uvloop, the objects loaded at startup are frozen out of the
     cycle collector, and the collector runs with the serving thresholds. Any one silently lost (a Ray upgrade,
@@ -165,6 +165,9 @@ def test_shards_run_on_uvloop_with_their_startup_heap_out_of_the_gc(tmp_path: Pa
         assert match.group(1) == "uvloop"
         assert int(match.group(2)) > 10_000, "the startup heap was not frozen"
         assert int(match.group(3)) == SERVING_GC_THRESHOLDS[0], "the serving GC thresholds were not set"
+        # Not Ray's nice 15 for workers: any ordinary process on the machine would take the CPU from the shard.
+        pid = int(re.search(r"shard 0 listening on .*, pid (\d+),", serve.log_text()).group(1))  # type: ignore[union-attr]
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 0
 
 
 def test_acknowledged_records_survive_kill_9(tmp_path: Path, store_args: list[str]) -> None:

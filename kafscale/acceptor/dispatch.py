@@ -27,6 +27,7 @@ from kafscale.acceptor.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
     describe_producers,
     describe_transactions,
     describe_user_scram_credentials,
@@ -65,7 +66,7 @@ HANDLERS += (produce, fetch, list_offsets, metadata, create_topics, delete_topic
                                     init_producer_id, find_coordinator)
 # Operations (docs/operations.md): admin APIs.
 HANDLERS += (create_partitions, describe_configs, alter_configs, incremental_alter_configs, offset_for_leader_epoch,
-             describe_cluster, delete_records, describe_client_quotas)
+             describe_cluster, delete_records, describe_client_quotas, describe_log_dirs)
 # Consumer groups (docs/groups.md).
 HANDLERS += (join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, offset_delete,
              describe_groups, list_groups, delete_groups, txn_offset_commit)

@@ -39,6 +39,7 @@ from kafscale.actors import planned_moves
 from kafscale.actors.scaler import Scaler
 from kafscale.actors.shard_actors import ShardActors
 from kafscale.actors.stores import open_metadata_store
+from kafscale.broker.log_dirs import LogDir
 from kafscale.cluster import keys
 from kafscale.cluster import placement_store as store
 from kafscale.cluster.assign import Move, Node, heal, plan_shards
@@ -363,6 +364,13 @@ class Controller:
         shards = {a["shard"]: a for a in answers if isinstance(a, dict)}
         return {**await self.info(), "shards": shards, "metadata_store": await self._store_health(),
                 "autoscaler": self.scaler.report() if self.scaler is not None else None}
+
+    async def partition_sizes(self, topic: str) -> dict[int, int]:
+        """The console's topic sizes: each live shard's log directory, for the partitions of the topic it leads."""
+        handles = [h for s, h in self.actors.by_shard().items() if s in self.live]
+        answers = await asyncio.gather(*(asyncio.wait_for(h.log_dir.remote({topic: None}), STATUS_TIMEOUT_S)
+                                         for h in handles), return_exceptions=True)
+        return {p.partition: p.size for a in answers if isinstance(a, LogDir) for p in a.partitions}
 
     async def _store_health(self) -> str:
         try:

@@ -15,6 +15,7 @@ from kafscale.actors.heap import tune_gc_for_serving
 from kafscale.actors.shard_host import ShardHost
 from kafscale.actors.stores import open_metadata_store, open_object_store
 from kafscale.broker.interface import FetchItem, Peer
+from kafscale.broker.log_dirs import LogDir, Wanted
 from kafscale.broker.results import (
     DeleteRecordsResult,
     FetchResult,
@@ -186,6 +187,10 @@ class ShardActor:
                 "port": host.listener.port, "serving": host.core.membership is None or host.core.membership.serving,
                 "partitions": sorted(f"{t}-{p}" for t, p in host.core.owners),
                 "groups": sorted(host.core.groups.groups)}
+
+    async def log_dir(self, wanted: Wanted | None) -> LogDir:
+        """DescribeLogDirs' answer, for the console's topic sizes (asked through the controller)."""
+        return await (await self._host()).core.log_dir(wanted)
 
     async def load(self) -> ShardLoad:
         """The latest load sample (kafscale.ops.load_meter), for the controller: read, never computed here."""

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from kafscale.broker.log_dirs import LogDir, Wanted
 from kafscale.broker.results import (
     DeleteRecordsResult,
     FetchResult,
@@ -104,4 +105,8 @@ class Broker(Peer, Protocol):
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before."""
+        ...
+
+    async def log_dir(self, wanted: Wanted | None) -> LogDir:
+        """DescribeLogDirs: the partitions this shard leads among `wanted` (None: all), with their sizes."""
         ...

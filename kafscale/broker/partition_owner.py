@@ -309,6 +309,13 @@ class PartitionOwner:
         return AppendOutcome(base_offset=offset, log_start_offset=self.log_start_offset, durable=fut)
 
     @property
+    def size(self) -> int:
+        """Bytes of the log as Kafka counts a partition's size: its segments from the log start on, and what waits
+        to be flushed (Kafka's active segment holds that)."""
+        return sum(s.size for s in self.segments if s.last >= self.log_start_offset) + self._open.nbytes \
+            + self._sealed_bytes
+
+    @property
     def producers(self) -> ProducerStates:
         """The idempotent and transactional producers' state (DescribeProducers reads it; only appends change it)."""
         return self._producers

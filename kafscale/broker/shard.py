@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kafscale.broker import housekeeping, janitor, retention, txn_markers, txn_produce
+from kafscale.broker import housekeeping, janitor, log_dirs, retention, txn_markers, txn_produce
 from kafscale.broker.cleaning import Offload, run_in_thread
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.fetch import long_poll
@@ -318,12 +318,18 @@ class ShardCore:
     async def produce_many(self, items: list[ProduceItem], acks: int, timeout_ms: int) -> list[ProduceResult]:
         return await self.start_produce(items, acks, timeout_ms, lambda results: results)
 
+    def leads(self, topic: str, partition: int) -> bool:
+        """Whether this shard serves the partition now, by what it knows without a wait."""
+        info = self.topics.topics.get(topic)
+        return info is not None and 0 <= partition < info.partitions and self._leads(info, partition)
+
     def _ready_owner(self, topic: str, partition: int) -> PartitionOwner | None:
         """The open owner of a partition this shard leads, without a wait; None if there is none yet."""
-        info = self.topics.topics.get(topic)
-        if info is None or not 0 <= partition < info.partitions or not self._leads(info, partition):
-            return None
-        return self.owner_table.ready((topic, partition))
+        return self.owner_table.ready((topic, partition)) if self.leads(topic, partition) else None
+
+    async def log_dir(self, wanted: log_dirs.Wanted | None) -> log_dirs.LogDir:
+        """DescribeLogDirs: the partitions this shard leads among `wanted` (None: all), with their sizes."""
+        return await log_dirs.describe(self, wanted)
 
     # ---------------------------------------------------------------- fetch, offsets, records
 

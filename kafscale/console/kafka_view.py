@@ -135,8 +135,16 @@ class KafkaClusterView:
         configs = [ConfigEntry(e.name, e.value, _source(e.source),
                                bool(e.is_default), bool(e.is_sensitive), bool(e.is_read_only))
                    for e in sorted(entries.values(), key=lambda e: e.name)]
-        return TopicDetail(name, [PartitionState(p, leaders[p], earliest[name, p], latest[name, p])
+        sizes = await self._sizes(name)
+        return TopicDetail(name, [PartitionState(p, leaders[p], earliest[name, p], latest[name, p], sizes.get(p))
                                   for _, p in parts], configs)
+
+    async def _sizes(self, topic: str) -> dict[int, int]:
+        """The partitions' sizes, if the console's principal may DESCRIBE the cluster (as DescribeLogDirs needs),
+        from the controller; none beside a broker without one."""
+        if self._placement is None or not await self._may(AclOperation.DESCRIBE):
+            return {}
+        return await self._placement.partition_sizes(topic)
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         fut = self.admin.create_topics([NewTopic(name, partitions, -1, config=configs)],
@@ -265,15 +273,19 @@ class KafkaClusterView:
     async def _controller(self) -> Placement:
         """The controller, once the console's principal shows it may ALTER the cluster: moves are made by the
         controller, not through a Kafka API, so the ACLs are asked first (as kafka-reassign-partitions needs)."""
-        cluster = await answer_of("describe the cluster", self.admin.describe_cluster(
-            include_authorized_operations=True, request_timeout=TIMEOUT_S))
-        allowed = cluster.authorized_operations or []
-        if AclOperation.ALTER not in allowed and AclOperation.ALL not in allowed:
+        if not await self._may(AclOperation.ALTER):
             raise ConsoleError(403, "CLUSTER_AUTHORIZATION_FAILED: the console's principal may not ALTER the "
                                     "cluster, which moving partitions needs")
         if self._placement is None:
             raise ConsoleError(501, "moving partitions needs kafscale serve's controller, which this broker lacks")
         return self._placement
+
+    async def _may(self, operation: AclOperation) -> bool:
+        """Whether the console's principal may do this on the cluster (DescribeCluster's authorized operations)."""
+        cluster = await answer_of("describe the cluster", self.admin.describe_cluster(
+            include_authorized_operations=True, request_timeout=TIMEOUT_S))
+        allowed = cluster.authorized_operations or []
+        return operation in allowed or AclOperation.ALL in allowed
 
     async def move_partition(self, topic: str, partition: int, target: int) -> PlannedMove:
         controller = await self._controller()

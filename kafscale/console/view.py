@@ -25,6 +25,7 @@ class PartitionState:
     leader: int
     earliest: int | None  # None: the partition did not answer (no leader for now, in the middle of a move)
     latest: int | None
+    size: int | None = None  # bytes stored (DescribeLogDirs); None: unknown to the console's principal
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +165,14 @@ class PlannedMove:
 
 
 class Placement(Protocol):
-    """What only the controller can do (kafscale.actors.controller): planned moves."""
+    """What only the controller can do (kafscale.actors.controller): planned moves, and the partitions' sizes,
+    which librdkafka cannot ask for (it has no DescribeLogDirs)."""
 
     async def move(self, topic: str, partition: int, target: int) -> dict[str, Any]: ...
 
     async def drain(self, node: str) -> list[dict[str, Any]]: ...
+
+    async def partition_sizes(self, topic: str) -> dict[int, int]: ...
 
 
 class ClusterView(Protocol):

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from kafscale.storage.health import HealthState, HealthTracker
-from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore
+from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, Volume
 
 T = TypeVar("T")
 _MIB = 1024 * 1024
@@ -85,6 +85,9 @@ class AsyncObjectStore:
 
     async def head(self, key: str) -> ObjectInfo | None:
         return await self._call(self.store.head, key)
+
+    def volume(self, prefix: str) -> Volume:
+        return self.store.volume(prefix)  # no request: a name, or one statvfs of a local directory
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
         def list_objects() -> list[ObjectInfo]:

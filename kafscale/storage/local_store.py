@@ -17,6 +17,7 @@ layout never needs that; attempting it raises ObjectStoreError.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from kafscale.storage.local_files import (
     is_regular,
     unlink_quietly,
 )
-from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
+from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError, Volume
 
 
 class LocalDirStore(ObjectStore):
@@ -184,6 +185,13 @@ class LocalDirStore(ObjectStore):
             raise ObjectNotFoundError(key) from None
         except OSError as exc:
             raise self._fail("get_range", key, exc) from exc
+
+    def volume(self, prefix: str) -> Volume:
+        try:
+            disk = shutil.disk_usage(self.root)
+        except OSError:
+            return Volume(str(self.root / prefix))
+        return Volume(str(self.root / prefix), disk.total, disk.free)
 
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)

@@ -30,6 +30,16 @@ class ObjectInfo:
     modified: float = field(default=0.0, compare=False)  # seconds since the epoch, by the store's clock
 
 
+@dataclass(frozen=True, slots=True)
+class Volume:
+    """Where a prefix's objects are, as operators name it, and the size of what holds them (-1: unbounded or
+    unknown, as S3)."""
+
+    path: str
+    total_bytes: int = -1
+    usable_bytes: int = -1
+
+
 class ObjectStore(abc.ABC):
     """Keys are '/'-separated strings relative to the store's root (bucket or directory)."""
 
@@ -79,6 +89,10 @@ class ObjectStore(abc.ABC):
     def delete_many(self, keys: list[str]) -> None:
         for key in keys:
             self.delete(key)
+
+    def volume(self, prefix: str) -> Volume:
+        """Where the objects under prefix are (DescribeLogDirs names it as a broker's log directory)."""
+        return Volume(f"{self!r}/{prefix}")
 
     def warm_up(self) -> None:  # noqa: B027 - optional hook
         """Pay one-time costs (client set-up, probes) now rather than in the first request; never raises."""

@@ -28,7 +28,7 @@ from botocore.exceptions import (
 )
 
 from kafscale.storage.backoff import exponential
-from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError
+from kafscale.storage.object_store import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError, Volume
 from kafscale.storage.s3_client import s3_client, session_credentials
 from kafscale.storage.s3_errors import (
     LEAN_REFUSALS,
@@ -181,6 +181,9 @@ class S3Store(ObjectStore):
                                             access_key=self._credentials[0], secret_key=self._credentials[1],
                                             config=self._signed_config)
         return self._signed_client
+
+    def volume(self, prefix: str) -> Volume:
+        return Volume(f"s3://{self.bucket}/{prefix}")
 
     def warm_up(self) -> None:
         # The CRC probe is botocore's first PutObject in the process, which costs ~200 ms of lazy set-up:

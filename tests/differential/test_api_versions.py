@@ -23,7 +23,7 @@ REPLICAS = "there are no replicas or local log directories: partitions live in t
 SHARE_GROUPS = "share groups (KIP-932) are not built"
 STREAMS_GROUPS = "streams groups (KIP-1071) are not built"
 NOT_SERVED: dict[int, tuple[str, str]] = {
-    34: ("AlterReplicaLogDirs", REPLICAS), 35: ("DescribeLogDirs", REPLICAS), 43: ("ElectLeaders", REPLICAS),
+    34: ("AlterReplicaLogDirs", REPLICAS), 43: ("ElectLeaders", REPLICAS),
     45: ("AlterPartitionReassignments", REPLICAS), 46: ("ListPartitionReassignments", REPLICAS),
     55: ("DescribeQuorum", KRAFT), 57: ("UpdateFeatures", KRAFT), 64: ("UnregisterBroker", KRAFT),
     80: ("AddRaftVoter", KRAFT), 81: ("RemoveRaftVoter", KRAFT), 94: ("UnregisterController", KRAFT),
@@ -51,6 +51,7 @@ KIO = "kio 0.6.2, the pinned protocol library, has no schema for them"
 NEWEST: dict[int, tuple[str, int, str]] = {
     0: ("Produce", 11, KIO), 1: ("Fetch", 17, KIO), 3: ("Metadata", 12, KIO), 15: ("DescribeGroups", 5, KIO),
     18: ("ApiVersions", 4, KIO), 42: ("DeleteGroups", 2, KIO), 60: ("DescribeCluster", 1, KIO),
+    35: ("DescribeLogDirs", 4, KIO),
     2: ("ListOffsets", 8, "v9 lists the latest tiered offset (KIP-1005), there are no tiers here; " + KIO),
     8: ("OffsetCommit", 8, "v9 carries KIP-848 member epochs (issue 37); " + KIO),
     9: ("OffsetFetch", 8, "v9 carries KIP-848 member epochs (issue 37); " + KIO),

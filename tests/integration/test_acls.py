@@ -254,9 +254,13 @@ def test_admin_apis_check_create_alter_describe_configs_and_delete(broker: InPro
         # failed DescribeUserScramCredentials, shaped as Kafka shapes it.
         answer = call(s, 50, 0, correlation_id=6, users=None)
         assert answer.error_code == ErrorCode.cluster_authorization_failed
+        answer = call(s, 35, 4, correlation_id=7, topics=None)  # DescribeLogDirs
+        assert answer.error_code == ErrorCode.cluster_authorization_failed and answer.results == ()
     with logged_in(broker, "admin") as s:
         answer = call(s, 60, 0, correlation_id=5, include_cluster_authorized_operations=False)
         assert answer.error_code == ErrorCode.none and answer.brokers
+        answer = call(s, 35, 4, correlation_id=7, topics=None)
+        assert answer.error_code == ErrorCode.none and len(answer.results) == 1
 
 
 def test_kafka_python_sees_the_authorization_errors(broker: InProcessBroker) -> None:

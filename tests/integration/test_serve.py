@@ -137,6 +137,13 @@ def test_serve_serves_the_console_beside_the_controller(tmp_path: Path) -> None:
         _create_topic(serve.bootstrap, "seen-by-the-console", 2)
         topics = s.get(url + "api/topics", timeout=30).json()
         assert {"name": "seen-by-the-console", "partitions": 2, "records": 0, "internal": False} in topics
+        producer = Producer({"bootstrap.servers": serve.bootstrap})
+        for _ in range(10):
+            producer.produce("seen-by-the-console", value=b"x" * 100, partition=0)
+        assert producer.flush(30) == 0
+        # Sizes come from each shard's log directory (DescribeLogDirs), through the controller.
+        sizes = [p["size"] for p in s.get(url + "api/topics/seen-by-the-console", timeout=30).json()["partitions"]]
+        assert sizes[0] > 1000 and sizes[1] == 0, sizes
 
         def leader() -> int:
             layout = s.get(url + "api/overview", timeout=30).json()["nodes"]

@@ -3,7 +3,8 @@ Apache Kafka 4.4.0's jars (tests/reference/lib/4.4.0): each test runs a tool, ch
 what it did with another client (confluent-kafka) where the tool's own output would not show it.
 
 Main classes, as found in 4.4.0's jars: org.apache.kafka.tools.{TopicCommand, ConfigCommand, AclCommand,
-GetOffsetShell, ConsoleProducer, ProducerPerformance, ConsumerPerformance, VerifiableProducer, VerifiableConsumer},
+GetOffsetShell, LogDirsCommand, ConsoleProducer, ProducerPerformance, ConsumerPerformance, VerifiableProducer,
+VerifiableConsumer},
 org.apache.kafka.tools.consumer.ConsoleConsumer, org.apache.kafka.tools.consumer.group.ConsumerGroupCommand and
 org.apache.kafka.tools.TransactionsCommand (kafka-transactions.sh).
 """
@@ -40,6 +41,7 @@ CONFIG_COMMAND = f"{TOOLS}.ConfigCommand"
 ACL_COMMAND = f"{TOOLS}.AclCommand"
 GROUP_COMMAND = f"{TOOLS}.consumer.group.ConsumerGroupCommand"
 GET_OFFSET_SHELL = f"{TOOLS}.GetOffsetShell"
+LOG_DIRS_COMMAND = f"{TOOLS}.LogDirsCommand"
 CONSOLE_PRODUCER = f"{TOOLS}.ConsoleProducer"
 CONSOLE_CONSUMER = f"{TOOLS}.consumer.ConsoleConsumer"
 PRODUCER_PERFORMANCE = f"{TOOLS}.ProducerPerformance"
@@ -140,6 +142,25 @@ def test_get_offset_shell(tools: Tools, jvm_broker: JvmBroker, admin: AdminClien
     assert sorted(latest.stdout.split()) == [f"{topic}:0:7", f"{topic}:1:3"]
     earliest = tools.run(GET_OFFSET_SHELL, "--bootstrap-server", b, "--topic", topic, "--time", "-2").check()
     assert sorted(earliest.stdout.split()) == [f"{topic}:0:0", f"{topic}:1:0"]
+
+
+# ------------------------------------------------------------------------------------------------ LogDirsCommand
+
+
+def test_log_dirs_command_reports_each_partitions_size(tools: Tools, jvm_broker: JvmBroker,
+                                                       admin: AdminClient) -> None:
+    """kafka-log-dirs asks every broker (shard) for its log directories: each partition appears once, where it
+    is led, with its size."""
+    b, topic = jvm_broker.at("PLAINTEXT"), unique_topic("tool-log-dirs")
+    create(admin, topic, partitions=2)
+    produce(jvm_broker, topic, {0: 20})
+    ran = tools.run(LOG_DIRS_COMMAND, "--bootstrap-server", b, "--describe", "--topic-list", topic).check()
+    report = json.loads(ran.stdout.strip().splitlines()[-1])
+    dirs = [d for broker in report["brokers"] for d in broker["logDirs"]]
+    assert all(d["error"] is None and d["logDir"] for d in dirs), report
+    sizes = {p["partition"]: p["size"] for d in dirs for p in d["partitions"]}
+    assert sorted(sizes) == [f"{topic}-0", f"{topic}-1"], report
+    assert sizes[f"{topic}-0"] > 20 * len(b"p0-19") and sizes[f"{topic}-1"] == 0, report
 
 
 # ------------------------------------------------------------------------------------------- ConsumerGroupCommand

@@ -76,6 +76,14 @@ function when(ms) { // a record's timestamp; one outside what a Date can hold is
 
 const num = v => (v === null || v === undefined) ? "-" : String(v);
 
+function bytes(n) { // a size as people read it: 1.5 MiB; "-" when unknown
+  if (n === null || n === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
 function sparkline(values, testid) { // an SVG line of the last values (lag over time)
   if (values.length === 1) values = [values[0], values[0]]; // one sample: a level line
   const w = 320, ht = 60, max = Math.max(1, ...values);

@@ -122,9 +122,15 @@ const pages = {
       })));
     return {async refresh() {
       const t = await api("GET", `/api/topics/${encodeURIComponent(name)}`);
-      parts.replaceChildren(table([["partition", "num"], ["leader", "num"], ["earliest", "num"], ["latest", "num"]],
-        t.partitions.map(p => [String(p.partition), String(p.leader), num(p.earliest), num(p.latest)]),
-        "partitions"));
+      const known = t.partitions.filter(p => p.size !== null);
+      const total = known.length ? known.reduce((sum, p) => sum + p.size, 0) : null;
+      parts.replaceChildren(
+        h("p", {class: "muted"}, "Stored: ", h("b", {"data-testid": "topic-size"}, bytes(total)),
+          known.length ? "" : " (sizes need DESCRIBE on the cluster, and kafscale serve's controller)"),
+        table([["partition", "num"], ["leader", "num"], ["earliest", "num"], ["latest", "num"], ["size", "num"]],
+          t.partitions.map(p => [String(p.partition), String(p.leader), num(p.earliest), num(p.latest),
+                                 bytes(p.size)]),
+          "partitions"));
       configs.replaceChildren(table([["config"], ["value"], ["source"]],
         t.configs.map(c => [c.name, c.sensitive ? "(sensitive)" : (c.value ?? ""), c.source]), "configs"));
     }};

@@ -44,8 +44,10 @@ from kafscale.cluster import keys
 from kafscale.cluster import placement_store as store
 from kafscale.cluster.assign import Move, Node, heal, plan_shards
 from kafscale.cluster.layout import layout
+from kafscale.cluster.topics import TopicInfo
 from kafscale.config import BrokerConfig
 from kafscale.console.server import ConsoleServer, start_console
+from kafscale.console.view import TopicStorage
 from kafscale.logs import setup_logging
 from kafscale.ops.metadata_gauges import metadata_gauges
 from kafscale.storage.compaction import Compactor
@@ -365,12 +367,16 @@ class Controller:
         return {**await self.info(), "shards": shards, "metadata_store": await self._store_health(),
                 "autoscaler": self.scaler.report() if self.scaler is not None else None}
 
-    async def partition_sizes(self, topic: str) -> dict[int, int]:
-        """The console's topic sizes: each live shard's log directory, for the partitions of the topic it leads."""
+    async def topic_storage(self, topic: str) -> TopicStorage:
+        """The console's topic page: its physical partitions, and each partition's size from the log directory
+        of the live shard that leads it."""
+        found = await (await self._store()).get(keys.topic(topic))
+        physical = TopicInfo.from_value(topic, found.value).physical if found is not None else 0
         handles = [h for s, h in self.actors.by_shard().items() if s in self.live]
         answers = await asyncio.gather(*(asyncio.wait_for(h.log_dir.remote({topic: None}), STATUS_TIMEOUT_S)
                                          for h in handles), return_exceptions=True)
-        return {p.partition: p.size for a in answers if isinstance(a, LogDir) for p in a.partitions}
+        return TopicStorage(physical, {p.partition: p.size for a in answers if isinstance(a, LogDir)
+                                       for p in a.partitions})
 
     async def _store_health(self) -> str:
         try:

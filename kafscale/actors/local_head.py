@@ -9,6 +9,7 @@ that ends that session if this process is killed outright (kill -9), so no shard
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -17,6 +18,10 @@ import time
 from pathlib import Path
 
 from kafscale.net import free_port
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMED_OUT = "timed out during startup"  # ray start, when its raylet did not register within 30 s
 
 
 def ray_environment() -> dict[str, str]:
@@ -46,6 +51,17 @@ class LocalRayHead:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> str:
+        """Start the head; once more on a fresh port if Ray gave up waiting for its own raylet, which it does
+        after a fixed 30 s (a busy machine: a build, another broker's start)."""
+        try:
+            return self._start()
+        except RuntimeError as e:
+            if STARTUP_TIMED_OUT not in str(e):
+                raise
+            log.warning("ray start timed out waiting for its raylet; starting the head again: %s", e)
+            return self._start()
+
+    def _start(self) -> str:
         self.port = free_port()
         ray_bin = Path(sys.executable).with_name("ray")
         env = ray_environment()

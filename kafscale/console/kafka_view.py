@@ -45,6 +45,7 @@ from kafscale.console.view import (
     ResetTo,
     ScramUser,
     TopicDetail,
+    TopicStorage,
     TopicSummary,
 )
 
@@ -135,16 +136,16 @@ class KafkaClusterView:
         configs = [ConfigEntry(e.name, e.value, _source(e.source),
                                bool(e.is_default), bool(e.is_sensitive), bool(e.is_read_only))
                    for e in sorted(entries.values(), key=lambda e: e.name)]
-        sizes = await self._sizes(name)
-        return TopicDetail(name, [PartitionState(p, leaders[p], earliest[name, p], latest[name, p], sizes.get(p))
-                                  for _, p in parts], configs)
+        storage = await self._storage(name)
+        return TopicDetail(name, [PartitionState(p, leaders[p], earliest[name, p], latest[name, p],
+                                                 storage.sizes.get(p)) for _, p in parts], configs, storage.physical)
 
-    async def _sizes(self, topic: str) -> dict[int, int]:
-        """The partitions' sizes, if the console's principal may DESCRIBE the cluster (as DescribeLogDirs needs),
-        from the controller; none beside a broker without one."""
+    async def _storage(self, topic: str) -> TopicStorage:
+        """Sizes and physical partitions, if the console's principal may DESCRIBE the cluster (as DescribeLogDirs
+        needs), from the controller; nothing beside a broker without one."""
         if self._placement is None or not await self._may(AclOperation.DESCRIBE):
-            return {}
-        return await self._placement.partition_sizes(topic)
+            return TopicStorage(0, {})
+        return await self._placement.topic_storage(topic)
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         fut = self.admin.create_topics([NewTopic(name, partitions, -1, config=configs)],

@@ -47,10 +47,21 @@ class ConfigEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicStorage:
+    """What only the cluster's own metadata tells of a topic (the controller answers it)."""
+
+    physical: int  # the partitions stored, which a virtual topic's share (docs/virtual-partitions.md); 0: plain
+    sizes: dict[int, int]  # partition -> bytes stored (the shards' DescribeLogDirs answers)
+
+
+@dataclass(frozen=True, slots=True)
 class TopicDetail:
     name: str
     partitions: list[PartitionState]
     configs: list[ConfigEntry]
+    # A virtual topic's physical partitions (partition v is stored in v % physical); 0: a plain topic, or not
+    # known (beside a broker without a controller, a virtual topic shows its kafscale.virtual.partitions config).
+    physical: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,14 +176,14 @@ class PlannedMove:
 
 
 class Placement(Protocol):
-    """What only the controller can do (kafscale.actors.controller): planned moves, and the partitions' sizes,
-    which librdkafka cannot ask for (it has no DescribeLogDirs)."""
+    """What only the controller can do (kafscale.actors.controller): planned moves; and how a topic is stored,
+    which no API librdkafka speaks tells (it has no DescribeLogDirs, and the physical partitions are Kafscale's)."""
 
     async def move(self, topic: str, partition: int, target: int) -> dict[str, Any]: ...
 
     async def drain(self, node: str) -> list[dict[str, Any]]: ...
 
-    async def partition_sizes(self, topic: str) -> dict[int, int]: ...
+    async def topic_storage(self, topic: str) -> TopicStorage: ...
 
 
 class ClusterView(Protocol):

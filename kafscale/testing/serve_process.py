@@ -73,6 +73,18 @@ class ServeProcess:
             raise RuntimeError(f"kafscale serve logged no console address; log: {self.log_path}")
         return str(found[-1])
 
+    def actor_pids(self, actor_class: str) -> list[int]:
+        """The processes of this broker's own Ray head running an actor of that class: Ray's workers share the
+        session of its `ray start`, which the head's watchdog names (other brokers on the machine have others)."""
+        assert self.proc is not None
+        table = subprocess.run(["ps", "-eo", "pid=,sid=,args="], capture_output=True, text=True).stdout
+        watchdog = re.search(rf"kafscale\.actors\.local_head {self.proc.pid} (\d+)", table)
+        if watchdog is None:
+            raise RuntimeError(f"serve pid {self.proc.pid} runs no private Ray head")
+        rows = (line.split(None, 2) for line in table.splitlines())
+        return [int(pid) for pid, sid, args in (r for r in rows if len(r) == 3)
+                if sid == watchdog.group(1) and args.startswith(f"ray::{actor_class}")]
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 

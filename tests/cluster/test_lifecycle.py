@@ -100,9 +100,7 @@ def test_the_embedded_metadata_actor_killed_is_restarted_and_nothing_acknowledge
         traffic = Traffic(serve.bootstrap, "meta-kill", 2).start()  # librdkafka's default: 5 requests in flight
         time.sleep(2)
         killed_log = len(serve.log_text())
-        actors = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
-                                                                   text=True).stdout.splitlines()
-                  if "ray::MetadataStoreActor" in line]
+        actors = serve.actor_pids("MetadataStoreActor")
         assert len(actors) == 1, f"expected this broker's one metadata actor, found {actors}"
         killed_at = time.monotonic()
         os.kill(actors[0], signal.SIGKILL)

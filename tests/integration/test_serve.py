@@ -144,6 +144,12 @@ def test_serve_serves_the_console_beside_the_controller(tmp_path: Path) -> None:
         # Sizes come from each shard's log directory (DescribeLogDirs), through the controller.
         sizes = [p["size"] for p in s.get(url + "api/topics/seen-by-the-console", timeout=30).json()["partitions"]]
         assert sizes[0] > 1000 and sizes[1] == 0, sizes
+        # A virtual topic's page shows its physical partitions (which only the controller knows).
+        admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+        admin.create_topics([NewTopic("virtual-seen", 2, config={"kafscale.virtual.partitions": "6"})])[
+            "virtual-seen"].result(30)
+        detail = s.get(url + "api/topics/virtual-seen", timeout=30).json()
+        assert (len(detail["partitions"]), detail["physical"]) == (6, 2), detail
 
         def leader() -> int:
             layout = s.get(url + "api/overview", timeout=30).json()["nodes"]

@@ -124,12 +124,20 @@ const pages = {
       const t = await api("GET", `/api/topics/${encodeURIComponent(name)}`);
       const known = t.partitions.filter(p => p.size !== null);
       const total = known.length ? known.reduce((sum, p) => sum + p.size, 0) : null;
+      const virtual = t.configs.some(c => c.name === "kafscale.virtual.partitions");
+      const P = t.physical;
       parts.replaceChildren(
         h("p", {class: "muted"}, "Stored: ", h("b", {"data-testid": "topic-size"}, bytes(total)),
           known.length ? "" : " (sizes need DESCRIBE on the cluster, and kafscale serve's controller)"),
-        table([["partition", "num"], ["leader", "num"], ["earliest", "num"], ["latest", "num"], ["size", "num"]],
-          t.partitions.map(p => [String(p.partition), String(p.leader), num(p.earliest), num(p.latest),
-                                 bytes(p.size)]),
+        virtual ? h("p", {"data-testid": "virtual-layout"}, P
+          ? `Virtual partitions: ${t.partitions.length} over ${P} physical; partition v is stored in physical ` +
+            `partition v % ${P}, which moves with all of its virtual partitions.`
+          : `Virtual partitions: ${t.partitions.length} (the physical layout is known to kafscale serve's controller).`)
+          : "",
+        table([["partition", "num"], ...(P ? [["physical", "num"]] : []), ["leader", "num"], ["earliest", "num"],
+               ["latest", "num"], ["size", "num"]],
+          t.partitions.map(p => [String(p.partition), ...(P ? [String(p.partition % P)] : []), String(p.leader),
+                                 num(p.earliest), num(p.latest), bytes(p.size)]),
           "partitions"));
       configs.replaceChildren(table([["config"], ["value"], ["source"]],
         t.configs.map(c => [c.name, c.sensitive ? "(sensitive)" : (c.value ?? ""), c.source]), "configs"));

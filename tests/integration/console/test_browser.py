@@ -10,6 +10,7 @@ import json
 import time
 
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from playwright.sync_api import Page, expect
 
 from kafscale.console.server import ConsoleServer
@@ -93,6 +94,21 @@ def test_a_topics_messages_show_decoded_and_a_test_message_is_produced(
         assert (msg.key(), msg.value()) == (b"from-browser", b"hello from the console")
     finally:
         c.close()
+
+
+def test_a_virtual_topics_page_says_it_is_virtual_and_sizes_need_the_controller(
+        page: Page, console: ConsoleServer, broker_embedded: Cluster) -> None:
+    """Beside an in-process broker (no controller) the console knows a topic is virtual from its config only,
+    and has no sizes (kafscale serve's console shows both: test_serve.py)."""
+    topic = unique_topic("browser-virtual")
+    admin = AdminClient({"bootstrap.servers": broker_embedded.bootstrap})  # held until the answer
+    admin.create_topics([NewTopic(topic, 2, config={"kafscale.virtual.partitions": "6"})])[topic].result(30)
+    log_in(page, console)
+    page.goto(console.url + f"#/topics/{topic}")
+    expect(page.get_by_test_id("virtual-layout")).to_contain_text("Virtual partitions: 6")
+    expect(page.get_by_test_id("partitions").locator("tbody tr")).to_have_count(6)
+    expect(page.get_by_test_id("topic-size")).to_have_text("-")
+    shot(page, "virtual-topic")
 
 
 def test_the_placement_page_shows_what_leads_what_and_a_move_needs_the_controller(

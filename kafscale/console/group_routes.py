@@ -20,7 +20,7 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
     async def reset_offsets(request: web.Request) -> web.Response:
         group_id = request.match_info["group"]
         body = await io.body(request)
-        topic = io.topic_name(str(body.get("topic", "")))
+        topic = io.topic_name(body.get("topic"))
         to = body.get("to")
         if to not in RESETS:
             raise ConsoleError(400, "to: expected earliest, latest, offset or timestamp")

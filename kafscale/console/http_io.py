@@ -56,8 +56,9 @@ def text(raw: Any, name: str) -> str:
     return raw
 
 
-def topic_name(name: str) -> str:
-    if not TOPIC_NAME.match(name) or name in (".", ".."):
+def topic_name(name: Any) -> str:
+    """A topic name from the path or a body: a string of Kafka's legal characters (null is no name "None")."""
+    if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):
         raise ConsoleError(400, f"topic name {name!r} is invalid: up to 249 of a-z A-Z 0-9 . _ -")
     return name
 
@@ -82,7 +83,9 @@ async def body(request: web.Request) -> dict[str, Any]:
         raise ConsoleError(415, f"expected Content-Type application/json, got {request.content_type or 'none'}")
     try:
         found = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except LookupError:
+        raise ConsoleError(415, f"unknown charset {request.charset!r}: send UTF-8 JSON") from None
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, an integer past Python's digits, nested too deep
         raise ConsoleError(400, "the request body is not valid JSON") from None
     if not isinstance(found, dict):
         raise ConsoleError(400, "the request body must be a JSON object")

@@ -11,7 +11,7 @@ from kafscale.console.view import ClusterView
 def routes(view: ClusterView) -> list[web.RouteDef]:
     async def move(request: web.Request) -> web.Response:
         body = await io.body(request)
-        topic = io.topic_name(str(body.get("topic", "")))
+        topic = io.topic_name(body.get("topic"))
         partition = io.required_integer(body.get("partition"), "partition", high=io.INT_MAX)
         shard = io.required_integer(body.get("shard"), "shard", high=io.INT_MAX)
         return io.answer(await view.move_partition(topic, partition, shard))

@@ -20,7 +20,7 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
 
     async def create(request: web.Request) -> web.Response:
         body = await io.body(request)
-        name = io.topic_name(str(body.get("name", "")))
+        name = io.topic_name(body.get("name"))
         partitions = io.integer(body.get("partitions"), "partitions", low=1, high=MAX_PARTITIONS) or 1
         await view.create_topic(name, partitions, io.settings(body.get("configs") or {}, "configs"))
         return io.answer({"created": name}, 201)

@@ -111,7 +111,7 @@ class ConsoleApi:
     async def _login(self, request: web.Request) -> web.Response:
         if self.policy.credentials is None:
             raise ConsoleError(403, self.policy.disabled_reason)
-        body = await io.body(request)
+        body = await io.body(request, "username", "password")
         username, password = body.get("username"), body.get("password")
         if not isinstance(username, str) or not isinstance(password, str):
             raise ConsoleError(400, "username and password: expected two strings")

@@ -19,7 +19,7 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
 
     async def reset_offsets(request: web.Request) -> web.Response:
         group_id = request.match_info["group"]
-        body = await io.body(request)
+        body = await io.body(request, "topic", "to", "value")
         topic = io.topic_name(body.get("topic"))
         to = body.get("to")
         if to not in RESETS:

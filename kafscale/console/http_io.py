@@ -76,7 +76,8 @@ def payload(raw: Any, name: str, encoding: str) -> bytes | None:
     return raw.encode()
 
 
-async def body(request: web.Request) -> dict[str, Any]:
+async def body(request: web.Request, *fields: str) -> dict[str, Any]:
+    """The request's JSON object, of these fields only: a misspelt one ("partiton") is refused, not ignored."""
     # JSON only: a browser sends it cross-site only after a preflight this server never allows, where a form's
     # text/plain would go straight through.
     if request.content_type != "application/json":
@@ -89,6 +90,9 @@ async def body(request: web.Request) -> dict[str, Any]:
         raise ConsoleError(400, "the request body is not valid JSON") from None
     if not isinstance(found, dict):
         raise ConsoleError(400, "the request body must be a JSON object")
+    unknown = sorted(set(found) - set(fields))
+    if unknown:
+        raise ConsoleError(400, f"unknown field {unknown[0]!r}: expected {', '.join(fields)}")
     return found
 
 

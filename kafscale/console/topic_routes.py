@@ -19,7 +19,7 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
         return io.answer(await view.topic(io.topic_name(request.match_info["name"])))
 
     async def create(request: web.Request) -> web.Response:
-        body = await io.body(request)
+        body = await io.body(request, "name", "partitions", "configs")
         name = io.topic_name(body.get("name"))
         partitions = io.integer(body.get("partitions"), "partitions", low=1, high=MAX_PARTITIONS) or 1
         await view.create_topic(name, partitions, io.settings(body.get("configs") or {}, "configs"))
@@ -27,7 +27,7 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
 
     async def alter_configs(request: web.Request) -> web.Response:
         name = io.topic_name(request.match_info["name"])
-        body = await io.body(request)
+        body = await io.body(request, "set", "delete")
         delete = body.get("delete") or []
         if not isinstance(delete, list) or not all(isinstance(d, str) for d in delete):
             raise ConsoleError(400, 'delete: expected a list of config names ({"set": {...}, "delete": [...]})')
@@ -52,7 +52,7 @@ def routes(view: ClusterView) -> list[web.RouteDef]:
 
     async def produce(request: web.Request) -> web.Response:
         name = io.topic_name(request.match_info["name"])
-        body = await io.body(request)
+        body = await io.body(request, "key", "value", "headers", "partition", "encoding")
         encoding = body.get("encoding", "text")
         if encoding not in ("text", "base64"):
             raise ConsoleError(400, "encoding: expected text or base64")

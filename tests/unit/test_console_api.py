@@ -215,6 +215,8 @@ async def test_creating_a_topic_passes_the_parsed_name_partitions_and_configs_to
     ('{"name": ".."}', "application/json", 400, "topic name '..' is invalid"),
     ("{}", "application/json", 400, "topic name None is invalid"),
     ('{"name": "' + "x" * 250 + '"}', "application/json", 400, "is invalid: up to 249 of"),
+    ('{"name": "t", "partiton": 3}', "application/json", 400,  # a typo is no default of 1 partition
+     "unknown field 'partiton': expected name, partitions, configs"),
 ])
 async def test_a_bad_topic_body_is_refused_naming_the_problem_and_reaches_nothing(
         console: Console, data: str | bytes, content_type: str, status: int, says: str) -> None:
@@ -234,6 +236,13 @@ async def test_a_topic_name_that_is_not_a_string_is_refused(console: Console, na
     """`{"name": null}` must not create a topic called "None" (nor 123 one called "123")."""
     got, answer, _ = await console.ask("POST", path, {**body, field: name})
     assert got == 400 and "name" in answer["error"], answer
+    assert console.view.calls == []
+
+
+@pytest.mark.parametrize("body", [{"principal": None, "operation": "READ"}, {"principal": "User:bob", "host": 7}])
+async def test_an_acl_field_that_is_not_a_string_is_refused(console: Console, body: dict[str, Any]) -> None:
+    got, answer, _ = await console.ask("POST", "/api/acls", {"resource_type": "TOPIC", "resource_name": "t", **body})
+    assert got == 400 and "expected a string" in answer["error"], answer
     assert console.view.calls == []
 
 

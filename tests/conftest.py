@@ -1,6 +1,7 @@
 """Session-wide fixtures: real servers started once per test session on free loopback ports."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,14 +50,37 @@ def xdist_group(item: pytest.Item) -> str | None:
     return next((FIXTURE_GROUPS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_GROUPS), None)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Everything outside tests/unit is an integration test: `pytest -m "not integration"` runs the unit tests."""
+    """Everything outside tests/unit is an integration test: `pytest -m "not integration"` runs the unit tests.
+    First of the hooks: pytest-xdist's own (on each worker) reads the xdist_group marks to name the groups."""
     for item in items:
         if not item.path.is_relative_to(UNIT_DIR):
             item.add_marker(pytest.mark.integration)
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+class GroupCheck:
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """On an xdist worker with --dist loadgroup, xdist has tagged each grouped test's node id with its group
+        by now. With pytest 9.2 and xdist 3.8 it silently could not: every test went anywhere, two Ray clusters
+        or JVM brokers ran at once, and each worker started its own reference Kafka. Stop then, rather than run
+        so."""
+        if not getattr(config.option, "loadgroup", False):
+            return
+        untagged = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if untagged:
+            message = (f"pytest-xdist did not group {untagged[0]} (and {len(untagged) - 1} more): pytest "
+                       f"{pytest.__version__} and this pytest-xdist do not work together")
+            print(message, file=sys.__stderr__, flush=True)  # xdist shows a worker's UsageError as its own assert
+            raise pytest.UsageError(message)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(GroupCheck(), "kafscale-group-check")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -13,9 +13,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kafscale.actors.local_head import STARTUP_TIMED_OUT
 
 if TYPE_CHECKING:
     from kafscale.testing.netns import TestHost
@@ -59,22 +62,36 @@ class RayTestCluster:
                                      labels=labels or None)
         return str(node.node_id)
 
-    def add_node_in(self, host: TestHost, timeout: float = 60) -> None:
+    def add_node_in(self, host: TestHost, timeout: float = 90) -> None:
         """A node inside a test host's network namespace, at its own IP (`ray start`: Ray's test helper can
-        only start nodes in this namespace). It ends with stop()."""
+        only start nodes in this namespace). It ends with stop(). Started once more if `ray start` gave up
+        waiting for its raylet (Ray's fixed 30 s, exceeded on a busy machine), as `kafscale serve` does."""
+        try:
+            self._start_node_in(host, timeout)
+        except RuntimeError as e:
+            if STARTUP_TIMED_OUT not in str(e):
+                raise
+            self._start_node_in(host, timeout)
+
+    def _start_node_in(self, host: TestHost, timeout: float) -> None:
         env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1")  # `ray start` refuses to join otherwise
         ray_bin = str(Path(sys.executable).with_name("ray"))
         command = host.command(ray_bin, "start", f"--address={self.address}", f"--node-ip-address={host.node_ip}",
                                f"--num-cpus={self.cpus}", f"--object-store-memory={NODE_MEMORY}", "--block",
                                "--disable-usage-stats")
-        proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        self._outside.append(proc)
-        deadline = time.monotonic() + timeout
-        while not any(n["NodeManagerAddress"] == host.node_ip and n["Alive"] for n in self.alive_nodes()):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Ray node in {host.name} did not join")
-            time.sleep(0.5)
+        with tempfile.TemporaryFile() as errors:  # the node keeps its own copy of the descriptor
+            proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                    stderr=errors)
+            self._outside.append(proc)
+            deadline = time.monotonic() + timeout
+            while not any(n["NodeManagerAddress"] == host.node_ip and n["Alive"] for n in self.alive_nodes()):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    errors.seek(0)
+                    said = errors.read().decode(errors="replace")[-1500:]
+                    state = "exited" if proc.poll() is not None else "still running"
+                    raise RuntimeError(f"the Ray node in {host.name} did not join within {timeout:.0f}s (ray start "
+                                       f"{state}): {said}")
+                time.sleep(0.5)
 
     def kill_nodes_in(self, host: TestHost) -> None:
         """SIGKILL the Ray node inside a test host: its daemons and workers share the `ray start` session."""

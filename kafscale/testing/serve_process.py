@@ -77,7 +77,8 @@ class ServeProcess:
         """The processes of this broker's own Ray head running an actor of that class: Ray's workers share the
         session of its `ray start`, which the head's watchdog names (other brokers on the machine have others)."""
         assert self.proc is not None
-        table = subprocess.run(["ps", "-eo", "pid=,sid=,args="], capture_output=True, text=True).stdout
+        # -ww: else ps cuts lines at $COLUMNS, which a test run may set, and the watchdog line lost its pids.
+        table = subprocess.run(["ps", "-ww", "-eo", "pid=,sid=,args="], capture_output=True, text=True).stdout
         watchdog = re.search(rf"kafscale\.actors\.local_head {self.proc.pid} (\d+)", table)
         if watchdog is None:
             raise RuntimeError(f"serve pid {self.proc.pid} runs no private Ray head")

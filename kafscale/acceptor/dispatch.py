@@ -7,6 +7,7 @@ ApiVersions is the router's own (kafscale.acceptor.handlers.api_versions).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from types import ModuleType
 
@@ -56,7 +57,7 @@ from kafscale.acceptor.handlers import (
 )
 from kafscale.acceptor.router import Router
 from kafscale.broker.interface import Broker
-from kafscale.protocol.codec import decode_request
+from kafscale.protocol.codec import decode_request, request_class, response_class
 
 # Authentication (docs/security.md): answered on every listener, as Kafka does.
 HANDLERS: tuple[ModuleType, ...] = (sasl_handshake, sasl_authenticate, describe_user_scram_credentials,
@@ -73,6 +74,23 @@ HANDLERS += (join_group, sync_group, heartbeat, leave_group, offset_commit, offs
 # Transactions (docs/transactions.md): InitProducerId and FindCoordinator are above.
 HANDLERS += (add_partitions_to_txn, add_offsets_to_txn, end_txn, list_transactions, describe_transactions,
              describe_producers, write_txn_markers)
+
+
+# What every client sends in its first seconds (connect, look up, produce or consume in a group), in the newest
+# versions, which today's clients use. The router loads schema classes on first use; these load once the shard
+# listens, a version at a time between the loop's other work, so that a client's first requests do not wait the
+# few milliseconds a version's modules take (every version of them would cost a shard start ~1 s of CPU).
+NEWEST_WARMED = 3
+HOT = (metadata, produce, fetch, list_offsets, find_coordinator, init_producer_id, join_group, sync_group, heartbeat,
+       offset_commit, offset_fetch, leave_group)
+
+
+async def warm_hot_schemas() -> None:
+    for module in HOT:
+        for version in range(max(module.MIN_VERSION, module.MAX_VERSION - NEWEST_WARMED + 1), module.MAX_VERSION + 1):
+            request_class(module.API_KEY, version)
+            response_class(module.API_KEY, version)
+            await asyncio.sleep(0)
 
 
 def build_router(broker: Broker) -> Router:

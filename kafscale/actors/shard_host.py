@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 
-from kafscale.acceptor.dispatch import build_router
+from kafscale.acceptor.dispatch import build_router, warm_hot_schemas
 from kafscale.acceptor.limits import ConnectionLimits
 from kafscale.acceptor.listener import Listener
 from kafscale.broker.cleaning import Offload, run_in_thread
@@ -143,7 +143,8 @@ class ShardHost:
         log.info("shard %d listening on %s", self.shard_id,
                  ", ".join(f"{li.name} {li.host}:{li.port}" for li in self.listeners))
         loop = asyncio.get_running_loop()
-        self._tasks += [loop.create_task(self.lag_sampler.run()), loop.create_task(self.load_meter.run())]
+        self._tasks += [loop.create_task(self.lag_sampler.run()), loop.create_task(self.load_meter.run()),
+                        loop.create_task(warm_hot_schemas())]
         metrics_at = metrics_address(self.config.metrics_listen, self.shard_id)
         if metrics_at is not None:
             c = self.config

@@ -125,7 +125,9 @@ def test_load_figures_follow_traffic(broker_embedded: Cluster) -> None:
     rate = _value(samples, "kafscale_partition_bytes_in_per_second", topic=topic, partition="0")
     assert 0.3 * offered < rate < 3 * offered, (rate, offered)
     assert _value(samples, "kafscale_shard_bytes_in_per_second") >= rate
-    assert _value(samples, "kafscale_shard_requests_per_second") > 1
+    # The sample that saw the bytes saw the requests that brought them: how many depends on how fast this loop
+    # (and its scrapes) ran on the machine, so the figure is only required to count them.
+    assert _value(samples, "kafscale_shard_requests_per_second") > 0
     assert 0 < _value(samples, "kafscale_shard_busy_ratio") < 4
 
 

@@ -120,4 +120,9 @@ def test_twenty_percent_faults_lose_nothing_acknowledged_and_produce_recovers_wh
         assert time.monotonic() - started < 5, "produce did not recover within seconds of the faults' end"
         print(f"faults {dict(faulty.faults)} of {faulty.forwarded + sum(faulty.faults.values())} requests; "
               f"{len(acked)} acknowledged, {len(failed)} failed; produce after: {time.monotonic() - started:.2f} s")
-    assert sum(faulty.faults.values()) >= 50 and all(faulty.faults[f] > 0 for f in FAULTS), faulty.faults
+    # The faults really happened, and often: about a fifth of the requests. How many requests a run makes varies
+    # with the machine's speed, so the floor is a share of them (a tenth, far below the expected fifth).
+    made = sum(faulty.faults.values())
+    requests = faulty.forwarded + made
+    assert requests >= 150 and made >= requests / 10, (requests, faulty.faults)
+    assert all(faulty.faults[f] > 0 for f in FAULTS), faulty.faults

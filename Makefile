@@ -13,6 +13,8 @@ GOCLIENTS  := tests/clients/go
 GOSTAMP    := $(GOCLIENTS)/bin/.built
 RUSTCLIENT := tests/clients/rust
 RUSTSTAMP  := $(RUSTCLIENT)/target/.built
+QUIXCLIENT := tests/clients/quix
+QUIXSTAMP  := $(QUIXCLIENT)/.venv/.installed
 JVMPOM   := tests/jvm/pom.xml
 JVMLIB   := tests/jvm/lib
 JVMCLIENTS := 4.4.0 3.9.2 3.0.2 2.8.2
@@ -68,6 +70,13 @@ $(RUSTSTAMP): $(RUSTCLIENT)/Cargo.toml $(RUSTCLIENT)/Cargo.lock $(wildcard $(RUS
 	cargo build --release --locked --quiet --manifest-path $(RUSTCLIENT)/Cargo.toml
 	touch $@
 
+# quixstreams in a virtual environment of its own (it pins an older confluent-kafka than Kafscale's), at the
+# versions $(QUIXCLIENT)/requirements.txt pins: the exactly-once app of tests/integration/test_quixstreams.py.
+$(QUIXSTAMP): $(QUIXCLIENT)/requirements.txt | $(STAMP)
+	test -x $(QUIXCLIENT)/.venv/bin/python || $(PYTHON) -m venv $(QUIXCLIENT)/.venv
+	$(QUIXCLIENT)/.venv/bin/pip install --quiet -r $(QUIXCLIENT)/requirements.txt
+	touch $@
+
 go-clients: $(GOSTAMP)
 
 rust-client: $(RUSTSTAMP)
@@ -90,7 +99,7 @@ run: $(STAMP)
 # Two pytest-xdist workers: tests that share one expensive server, or run Ray clusters, stay together on one worker
 # (tests/conftest.py, xdist_group); everything else spreads over both. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) $(SYSSTAMP) $(JSSTAMP) $(REFSTAMP) $(GOSTAMP) $(RUSTSTAMP)
+test: $(STAMP) $(SYSSTAMP) $(JSSTAMP) $(REFSTAMP) $(GOSTAMP) $(RUSTSTAMP) $(QUIXSTAMP)
 	$(BIN)/ruff check kafscale tests benchmarks
 	scripts/pytest-with-backtrace.sh $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
 		$(PYTEST_ARGS)
@@ -108,4 +117,4 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis $(REFLIB) $(JVMLIB) tests/jvm/build $(GOCLIENTS)/bin $(RUSTCLIENT)/target
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis $(REFLIB) $(JVMLIB) tests/jvm/build $(GOCLIENTS)/bin $(RUSTCLIENT)/target $(QUIXCLIENT)/.venv

@@ -2,9 +2,10 @@
 
 The clients are small programs of tests/clients/ that `make test` builds once (`make go-clients rust-client`):
 
-* from the Go module proxy, at the versions tests/clients/go/go.sum pins: franz-go (kgo + kadm), IBM/sarama at its
-  default Config.Version (2.8.0), at 0.10.2.0 (Produce v2, message format v1) and at 0.8.2.0 (Produce v0, Fetch v0,
-  message format v0, offsets committed without group membership), and segmentio/kafka-go;
+* from the Go module proxy, at the versions tests/clients/go/go.sum pins: franz-go (kgo + kadm; and its
+  GroupTransactSession, cmd/franztxn), IBM/sarama at its default Config.Version (2.8.0), at 0.10.2.0 (Produce v2,
+  message format v1) and at 0.8.2.0 (Produce v0, Fetch v0, message format v0, offsets committed without group
+  membership), and segmentio/kafka-go;
 * from Debian, built in GOPATH mode: sarama 1.22.1 (golang-github-shopify-sarama-dev) at its default, 0.8.2.0, and
   kafka-go 0.2.1 (golang-github-segmentio-kafka-go-dev), which speaks Produce v2 / Fetch v2 / JoinGroup v1;
 * from crates.io: rskafka (pure Rust), tests/clients/rust.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.testing.kafka_reference import ReferenceKafka
@@ -202,6 +204,75 @@ def test_go_client_on_apache_kafka(case: Case, request: pytest.FixtureRequest) -
     """The same program against Apache Kafka: what the kafscale test asserts is what Kafka does."""
     kafka: ReferenceKafka = request.getfixturevalue(case.reference)
     run_go_case(case, kafka.bootstrap, f"kafka-{kafka.version}")
+
+
+# ----------------------------------------------------------------------------- franz-go GroupTransactSession
+
+TXN_RECORDS = 300
+
+
+def read_all(bootstrap: str, topic: str, isolation: str) -> list[tuple[str, str]]:
+    """Every record of the topic's PARTITIONS partitions, to their ends, as (key, value), read with `isolation`."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": isolation})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    found: list[tuple[str, str]] = []
+    ended: set[int] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(ended) < PARTITIONS:
+            assert time.monotonic() < deadline, f"{topic}: not every partition reached its end in 60 s ({ended})"
+            for m in consumer.consume(500, 0.5):
+                if m.error() is None:
+                    found.append((m.key().decode(), m.value().decode()))
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    ended.add(m.partition())
+                else:
+                    raise AssertionError(m.error())
+    finally:
+        consumer.close()
+    return found
+
+
+def run_franz_txn(bootstrap: str, target: str) -> None:
+    """tests/clients/go/cmd/franztxn: two members of a GroupTransactSession transform the input into the output,
+    aborting every third transaction, a rebalance among them. Read committed, the output holds each input record
+    transformed exactly once; the aborted output is stored (read_uncommitted shows it) but never committed; the
+    group's committed offsets are the input's ends."""
+    topic = unique_topic(f"go-txn-{target}")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (topic, f"{topic}-out")]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(TXN_RECORDS):
+        producer.produce(topic, key=f"k-{i}", value=f"v-{i}")
+    assert producer.flush(30) == 0
+    spec = {"bootstrap": bootstrap, "topic": topic, "group": f"{topic}-group", "partitions": PARTITIONS,
+            "records": TXN_RECORDS, "members": 2, "timeout_s": RUN_TIMEOUT_S}
+    result = run_program(GO_BIN / "franztxn", spec)
+    assert result["records_committed"] == TXN_RECORDS and result["committed_txns"] >= 3, result
+    assert result["aborted_txns"] >= 1, result
+
+    committed = read_all(bootstrap, f"{topic}-out", "read_committed")
+    assert Counter(committed) == Counter((f"k-{i}", f"t-v-{i}") for i in range(TXN_RECORDS)), (
+        "read_committed, the output is not each input record transformed exactly once")
+    uncommitted = read_all(bootstrap, f"{topic}-out", "read_uncommitted")
+    assert len(uncommitted) > TXN_RECORDS, "the aborted transactions' output is not stored, or none was aborted"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends", "enable.auto.commit": False})
+    try:
+        high = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
+    assert sum(high.values()) == TXN_RECORDS
+    assert committed_by_group(bootstrap, spec["group"], topic, PARTITIONS) == high
+
+
+def test_franz_go_group_transact_session_on_kafscale(broker_embedded: Cluster) -> None:
+    run_franz_txn(broker_embedded.bootstrap, "kafscale")
+
+
+def test_franz_go_group_transact_session_on_apache_kafka(kafka_reference: ReferenceKafka) -> None:
+    run_franz_txn(kafka_reference.bootstrap, "kafka-4.4.0")
 
 
 # ------------------------------------------------------------------------------------------------------ rskafka

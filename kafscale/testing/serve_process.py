@@ -11,7 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+from kafscale.testing.etcd_server import _die_with_parent_prefix
 from kafscale.testing.ports import free_port
+
+# How long start() waits for "ready" unless told: see start(). A test that starts the broker gives itself this
+# much per start beyond pytest's usual timeout for the rest of its work.
+START_TIMEOUT_S = 300.0
 
 
 class ServeProcess:
@@ -42,12 +47,19 @@ class ServeProcess:
         """Every shard port, as clients list several brokers: any one of them may be down."""
         return ",".join(f"127.0.0.1:{port}" for port in self.ports)
 
-    def start(self, timeout: float = 120) -> ServeProcess:
+    def start(self, timeout: float = START_TIMEOUT_S) -> ServeProcess:
+        """Run `kafscale serve` and wait for its "ready". The default wait covers what the broker itself allows
+        its start on a busy machine: `ray start` once more after Ray gave up on its own raylet (30 s, or a raylet
+        that died waiting for its dashboard agent), then up to 120 s for the controller's shards. 120 s here ran
+        out while a start was still on its way (a 2-core machine under two test workers and a benchmark)."""
         if self.listeners:
             where = ["--listeners", ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.listeners.items())]
         else:
             where = ["--listen", self.bootstrap, "--shard-ports", ",".join(map(str, self.ports))]
-        args = [sys.executable, "-m", "kafscale.cli", "serve", *where, "--shards-per-node", str(self.shards),
+        # Killed with the thread that starts it (PR_SET_PDEATHSIG; its Ray head's watchdog then ends the rest): a
+        # test or benchmark killed from outside (a timeout, Ctrl-C) leaves no broker running.
+        args = [*_die_with_parent_prefix(), sys.executable, "-m", "kafscale.cli", "serve", *where,
+                "--shards-per-node", str(self.shards),
                 "--no-dashboard",
                 "--data-dir", str(self.data_dir), "--metrics-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0",
                 *self.extra_args]
@@ -56,14 +68,28 @@ class ServeProcess:
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                      env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kafscale serve exited with {self.proc.returncode}; log: {self.log_path}")
-            if b" ready: " in self.log_path.read_bytes()[seen:]:
-                return self
-            time.sleep(0.2)
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"kafscale serve exited with {self.proc.returncode}; log: {self.log_path}"
+                                       f"{self._tail(seen)}")
+                if b" ready: " in self.log_path.read_bytes()[seen:]:
+                    return self
+                time.sleep(0.2)
+        except BaseException:
+            # pytest-timeout (or Ctrl-C) ending a long wait: a `with` block never reaches __exit__, and the
+            # broker with its Ray head would outlive the test.
+            with contextlib.suppress(Exception):  # the error to report is the one that ended the wait
+                self.kill()
+            raise
         self.kill()
-        raise TimeoutError(f"kafscale serve not ready after {timeout}s; log: {self.log_path}")
+        raise TimeoutError(f"kafscale serve not ready after {timeout}s; log: {self.log_path}{self._tail(seen)}")
+
+    def _tail(self, since: int, lines: int = 20) -> str:
+        """The end of this start's log, for a failure's message: the log lives in a temporary directory that
+        pytest removes a few runs later."""
+        text = self.log_path.read_bytes()[since:].decode(errors="replace").splitlines()[-lines:]
+        return "".join(f"\n  {line}" for line in text)
 
     @property
     def console_url(self) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.protocol.errors import ErrorCode
-from kafscale.testing.serve_process import ServeProcess
+from kafscale.testing.serve_process import START_TIMEOUT_S, ServeProcess
 from tests.integration.conftest import KafkaWire
 from tests.integration.test_groups_wire import heartbeat, join, req, sync
 
@@ -41,6 +42,7 @@ def consume(c: Consumer, n: int, timeout: float = 60) -> list[bytes]:
     return got
 
 
+@pytest.mark.timeout(2 * START_TIMEOUT_S + 300)  # two starts of `kafscale serve`, each may take its whole wait
 def test_group_state_and_offsets_survive_kill_9(tmp_path: Path) -> None:
     serve = ServeProcess(tmp_path / "data", shards=2)
     offsets_group, members_group = group_on_shard("resume", 1), group_on_shard("members", 1)

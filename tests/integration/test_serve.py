@@ -24,7 +24,7 @@ from kafscale.actors.local_head import LocalRayHead
 from kafscale.protocol.errors import ErrorCode
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
-from kafscale.testing.serve_process import ServeProcess
+from kafscale.testing.serve_process import START_TIMEOUT_S, ServeProcess
 from tests.integration.conftest import KafkaWire, wait_until
 from tests.integration.test_broker_errors import batch, read_all, rows
 
@@ -166,6 +166,7 @@ def test_serve_serves_the_console_beside_the_controller(tmp_path: Path) -> None:
         assert refused.status_code == 400 and refused.json() == {"error": "shard 7 is not live"}
 
 
+@pytest.mark.timeout(START_TIMEOUT_S + 300)  # a start of `kafscale serve` may take its whole wait on a busy machine
 def test_shards_run_on_uvloop_at_nice_0_with_their_startup_heap_out_of_the_gc(tmp_path: Path) -> None:
     """The process settings the broker's speed rests on (docs/performance.md, "Measured facts behind the
     design"): Ray runs the shard's event loop on uvloop, the objects loaded at startup are frozen out of the
@@ -183,6 +184,7 @@ def test_shards_run_on_uvloop_at_nice_0_with_their_startup_heap_out_of_the_gc(tm
         assert os.getpriority(os.PRIO_PROCESS, pid) == 0
 
 
+@pytest.mark.timeout(2 * START_TIMEOUT_S + 300)  # two starts of `kafscale serve`, each may take its whole wait
 def test_acknowledged_records_survive_kill_9(tmp_path: Path, store_args: list[str]) -> None:
     """Every acks=all acknowledged record is present exactly once after kill -9 and restart;
     no offset that was acknowledged is reused for other data. The metadata history is compacted every second

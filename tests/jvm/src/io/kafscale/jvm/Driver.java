@@ -16,6 +16,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
@@ -302,6 +303,9 @@ public final class Driver {
             }
             if (toEnd) {  // "to_end" (assigned only): every partition read up to its end offset as the isolation
                 // level sees it (read_committed: the last stable offset), control records skipped
+                if ("read_committed".equals(props.get("isolation.level"))) {
+                    settled(props, consumer.assignment(), deadline);
+                }
                 Map<TopicPartition, Long> ends = consumer.endOffsets(consumer.assignment(), Duration.ofSeconds(TIMEOUT_S));
                 while (!reached(consumer, ends) && System.currentTimeMillis() < deadline) {
                     for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
@@ -328,6 +332,38 @@ public final class Driver {
             result.put("message", "read " + records.size() + " of " + expect + " records");
         }
         return result;
+    }
+
+    /**
+     * Waits (until the deadline) for the last stable offsets to reach the high watermarks: every transaction the
+     * scenario ended is settled in its partitions. Kafka answers EndTxn before its markers are written, so a
+     * read_committed read right after a commit could otherwise end before the committed records.
+     */
+    private static void settled(Properties props, Set<TopicPartition> parts, long deadline) {
+        Properties uncommitted = new Properties();
+        uncommitted.putAll(props);
+        uncommitted.put("isolation.level", "read_uncommitted");
+        uncommitted.remove("group.id");
+        Properties committed = new Properties();
+        committed.putAll(uncommitted);
+        committed.put("isolation.level", "read_committed");
+        try (KafkaConsumer<String, String> high = new KafkaConsumer<>(uncommitted, new StringDeserializer(),
+                new StringDeserializer());
+             KafkaConsumer<String, String> stable = new KafkaConsumer<>(committed, new StringDeserializer(),
+                     new StringDeserializer())) {
+            while (System.currentTimeMillis() < deadline) {
+                Duration wait = Duration.ofSeconds(TIMEOUT_S);
+                if (stable.endOffsets(parts, wait).equals(high.endOffsets(parts, wait))) {
+                    return;
+                }
+                try {
+                    Thread.sleep(100);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return;
+                }
+            }
+        }
     }
 
     private static boolean reached(KafkaConsumer<String, String> consumer, Map<TopicPartition, Long> ends) {

@@ -183,6 +183,10 @@ class BrokerConfig:
     offsets_retention_check_interval_ms: int = field(default=600_000, metadata={"help": "offset expiry period"})
     transaction_max_timeout_ms: int = field(default=900_000, metadata={
         "help": "longest transaction timeout InitProducerId may ask for (else INVALID_TRANSACTION_TIMEOUT)"})
+    transaction_version: int = field(default=2, metadata={
+        "help": "the transaction protocol clients are told to use (ApiVersions' transaction.version feature): 2, "
+                "KIP-890 part 2 (the producer epoch bumps with every transaction; Kafka 4 clients then send no "
+                "AddPartitionsToTxn), or 1 and 0, the first protocol"})
     transactional_id_expiration_ms: int = field(default=604_800_000, metadata={
         "help": "a transactional id idle this long (no transaction open) is forgotten"})
     producer_id_expiration_ms: int = field(default=86_400_000, metadata={
@@ -272,6 +276,8 @@ class BrokerConfig:
                               f"{self.request_read_timeout_ms} and {self.max_connections_per_ip}")
         if self.authorizer not in ("", "acl"):
             raise ConfigError(f"authorizer: expected 'acl' or '' (none), got {self.authorizer!r}")
+        if self.transaction_version not in (0, 1, 2):
+            raise ConfigError(f"transaction_version: expected 0, 1 or 2, got {self.transaction_version}")
         for principal in self.super_user_list():
             kind, sep, name = principal.partition(":")
             if not sep or not kind or not name:

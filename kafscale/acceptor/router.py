@@ -54,8 +54,9 @@ class Route(NamedTuple):
 
 
 class Router:
-    def __init__(self) -> None:
+    def __init__(self, finalized_features: dict[str, int] | None = None) -> None:
         self.observe: Callable[[int, float], None] | None = None  # (api key, seconds) per request: metrics
+        self.finalized_features = finalized_features or {}  # ApiVersions' feature levels, by name
         # Imported here: api_versions imports this module for its type hints.
         from kafscale.acceptor.handlers import api_versions
 

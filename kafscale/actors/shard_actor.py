@@ -64,9 +64,10 @@ class RayPeer:
         return await self.handle.complete_txn_offsets.remote(group_id, producer_id, producer_epoch, commit)
 
     async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+                         partitions: list[tuple[str, int]], group_id: str | None = None,
+                         add: bool = False) -> list[int]:
         return await self.handle.verify_txn.remote(transactional_id, producer_id, producer_epoch, partitions,
-                                                   group_id)
+                                                   group_id, add)
 
     async def describe_producers(self, topic: str, partition: int) -> PartitionProducers:
         return await self.handle.describe_producers.remote(topic, partition)
@@ -160,9 +161,10 @@ class ShardActor:
         return await (await self._host()).core.complete_txn_offsets(group_id, producer_id, producer_epoch, commit)
 
     async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+                         partitions: list[tuple[str, int]], group_id: str | None = None,
+                         add: bool = False) -> list[int]:
         return await (await self._host()).core.verify_txn(transactional_id, producer_id, producer_epoch, partitions,
-                                                          group_id)
+                                                          group_id, add)
 
     async def describe_producers(self, topic: str, partition: int) -> PartitionProducers:
         return await (await self._host()).core.describe_producers(topic, partition)

@@ -54,10 +54,12 @@ class Peer(Protocol):
         ...
 
     async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+                         partitions: list[tuple[str, int]], group_id: str | None = None,
+                         add: bool = False) -> list[int]:
         """KIP-890's check at the transaction's coordinator, before a transactional batch opens a transaction in a
         partition or a TxnOffsetCommit is taken: one Kafka error code per partition, then one for the group if
-        named (0: part of the producer's open transaction)."""
+        named (0: part of the producer's open transaction). add (transactions v2: Produce v12+, TxnOffsetCommit
+        v5+): the coordinator adds them to the transaction, as AddPartitionsToTxn and AddOffsetsToTxn would."""
         ...
 
     async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
@@ -94,9 +96,10 @@ class Broker(Peer, Protocol):
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
                       then: Callable[[list[ProduceResult]], T],
-                      transactional_id: str | None = None) -> asyncio.Future[T]:
+                      transactional_id: str | None = None, add_to_txn: bool = False) -> asyncio.Future[T]:
         """One Produce request's partitions: a future of then(results), results in request order. A transactional
-        producer's batches that would open a transaction in a partition are first checked with its coordinator."""
+        producer's batches that would open a transaction in a partition are first checked with its coordinator
+        (add_to_txn, Produce v12+: added to the transaction by it)."""
         ...
 
     async def delete_topic(self, name: str) -> bool:

@@ -306,9 +306,9 @@ class ShardCore:
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
                       then: Callable[[list[ProduceResult]], T],
-                      transactional_id: str | None = None) -> asyncio.Future[T]:
+                      transactional_id: str | None = None, add_to_txn: bool = False) -> asyncio.Future[T]:
         if transactional_id is not None:
-            return txn_produce.start(self, transactional_id, items, acks, timeout_ms, then)
+            return txn_produce.start(self, transactional_id, items, acks, timeout_ms, then, add_to_txn)
         return self.producer.start(items, acks, timeout_ms, then)
 
     async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
@@ -429,19 +429,26 @@ class ShardCore:
         return PartitionProducers(0, active_producers(where.owner.producers))
 
     async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+                         partitions: list[tuple[str, int]], group_id: str | None = None,
+                         add: bool = False) -> list[int]:
         """At the transaction's coordinator (a hop to its shard when it is elsewhere)."""
         if not self._coordinates(transactional_id) and self.peers is not None:
             shard = self.placement.coordinator_of(transactional_id)
             if shard == self.shard_id or not self.placement.live(shard):
                 return [int(ErrorCode.coordinator_not_available)] * (len(partitions) + (group_id is not None))
             return await self.peers(shard).verify_txn(transactional_id, producer_id, producer_epoch, partitions,
-                                                      group_id)
-        codes = await self.transactions.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+                                                      group_id, add)
+        txns = self.transactions
+        if add:
+            out = [int(await txns.add_partitions(transactional_id, producer_id, producer_epoch, partitions))
+                   ] * len(partitions) if partitions else []
+            if group_id is not None:
+                out.append(int(await txns.add_offsets(transactional_id, producer_id, producer_epoch, group_id)))
+            return out
+        codes = await txns.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
         out = [int(codes[tp]) for tp in partitions]
         if group_id is not None:
-            out.append(int(await self.transactions.verify_group(transactional_id, producer_id, producer_epoch,
-                                                                group_id)))
+            out.append(int(await txns.verify_group(transactional_id, producer_id, producer_epoch, group_id)))
         return out
 
     async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:

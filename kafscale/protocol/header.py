@@ -15,9 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from kio.index import load_request_schema
-
-from kafscale.protocol.codec import known_versions
+from kafscale.protocol.codec import known_versions, request_class
 from kafscale.protocol.errors import InvalidRequestHeader
 from kafscale.protocol.varint import VarintError, read_uvarint
 
@@ -51,7 +49,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
     lo, hi = known
     if not lo <= api_version <= hi:
         return request_header_version(api_key, min(max(api_version, lo), hi))
-    version = int(load_request_schema(api_key, api_version).__header_schema__.__version__)
+    version = int(request_class(api_key, api_version).__header_schema__.__version__)
     _header_versions[(api_key, api_version)] = version
     return version
 

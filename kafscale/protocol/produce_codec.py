@@ -1,4 +1,4 @@
-"""Produce v0-v11 requests and responses, read and written by hand (no kio).
+"""Produce v0-v12 requests and responses, read and written by hand (no kio). v12 is v11 on the wire.
 
 Produce is the one API a broker serves thousands of times a second, and librdkafka sends one request
 per partition and linger (~64 KB each at 1 KiB records). Through the generic path (the guard's walk, kio's

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 
+from kafscale.protocol import newer
 from kafscale.protocol.errors import ErrorCode, UnknownApiKey, UnsupportedApiVersion
 
 T = TypeVar("T")
@@ -27,9 +28,10 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------------------------
 
 
-# Built once: caches keyed by values from the wire must not grow with garbage input.
+# Built once: caches keyed by values from the wire must not grow with garbage input. kio's versions, and the newer
+# ones kafscale.protocol.newer adds (each the next version of an API kio has).
 _KNOWN_VERSIONS: dict[int, tuple[int, int]] = {
-    int(key): (min(schema_name_map[name]), max(schema_name_map[name]))
+    int(key): (min(schema_name_map[name]), max([*schema_name_map[name], *(v for k, v in newer.MODULES if k == key)]))
     for key, name in api_key_map.items()
     if name in schema_name_map
 }
@@ -48,13 +50,16 @@ def api_name(api_key: int) -> str:
 
 
 def known_versions(api_key: int) -> tuple[int, int] | None:
-    """The (min, max) request versions kio 0.6.2 has schemas for, or None for an unknown key."""
+    """The (min, max) request versions there are schemas for (kio 0.6.2's and kafscale.protocol.newer's), or None
+    for an unknown key."""
     return _KNOWN_VERSIONS.get(api_key)
 
 
 def has_schemas(api_key: int, version: int) -> bool:
     """Whether kio has both schemas of (api_key, version), from its index alone: importing a version's modules
     costs a few milliseconds each, about 2 s for all that a broker serves, which a shard start must not pay."""
+    if (api_key, version) in newer.MODULES:
+        return True
     name = api_key_map.get(api_key)  # type: ignore[call-overload]
     entities = schema_name_map.get(name, {}).get(version, {}) if name is not None else {}
     return len(entities) == 2
@@ -71,14 +76,14 @@ def _load(loader: Callable[[int, int], type[Any]], api_key: int, version: int) -
 
 @functools.cache
 def request_class(api_key: int, version: int) -> type[Any]:
-    """kio's request class; raises UnknownApiKey / UnsupportedApiVersion."""
-    return _load(load_request_schema, api_key, version)
+    """The request class (kio's, or kafscale.protocol.newer's); raises UnknownApiKey / UnsupportedApiVersion."""
+    return newer.request_class(api_key, version) or _load(load_request_schema, api_key, version)
 
 
 @functools.cache
 def response_class(api_key: int, version: int) -> type[Any]:
-    """kio's response class; raises UnknownApiKey / UnsupportedApiVersion."""
-    return _load(load_response_schema, api_key, version)
+    """The response class (kio's, or kafscale.protocol.newer's); raises UnknownApiKey / UnsupportedApiVersion."""
+    return newer.response_class(api_key, version) or _load(load_response_schema, api_key, version)
 
 
 @functools.cache

@@ -60,6 +60,15 @@ class InitResult:
 
 
 @dataclass(frozen=True, slots=True)
+class EndResult:
+    """EndTxn's answer; v5+ (transactions v2) also tells the producer the id and epoch it goes on with."""
+
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
 class Callbacks:
     """What the coordinator needs from its broker (the transactions package sits below it)."""
 
@@ -227,27 +236,36 @@ class TxnCoordinator:
 
     # ---------------------------------------------------------------- EndTxn, and ending a prepared transaction
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      commit: bool) -> ErrorCode:
-        """Prepare*, then the markers and the groups' offsets, then Complete*: all durable before the answer."""
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      v2: bool = False) -> EndResult:
+        """Prepare*, then the markers and the groups' offsets, then Complete*: all durable before the answer.
+        v2 (EndTxn v5+, transactions v2): the ending bumps the producer's epoch (state.end_v2), and the answer
+        carries the producer id and epoch to go on with."""
         entry = self.entry(transactional_id)
         async with entry.lock:
             await self.ensure(entry)
             if entry.meta is None:
-                return ErrorCode.invalid_producer_id_mapping
-            new = rules.end(entry.meta, producer_id, producer_epoch, commit, now_ms())
+                return EndResult(ErrorCode.invalid_producer_id_mapping)
+            if v2:
+                new = rules.end_v2(entry.meta, producer_id, producer_epoch, commit, now_ms())
+                if isinstance(new, TxnMetadata) and rules.needs_next_producer_id(new):
+                    new = dataclasses.replace(new, next_producer_id=await self.callbacks.allocate_producer_id())
+            else:
+                new = rules.end(entry.meta, producer_id, producer_epoch, commit, now_ms())
             if isinstance(new, ErrorCode):
                 if new == ErrorCode.concurrent_transactions:
                     self.finish(entry)  # make sure someone is finishing it
-                return new
+                if new == ErrorCode.none and v2:  # a retry of an ending done: what it answered then
+                    return EndResult(new, *rules.after_v2(entry.meta))
+                return EndResult(new)
             await self.write(entry, new)
             finisher = self.finish(entry)
         await asyncio.wait({finisher})
         if finisher.cancelled() or not finisher.result():
             # stopped (the shard is closing) or overtaken by another incarnation, which finishes it: the
             # client finds the coordinator again and its retry of EndTxn is answered there
-            return ErrorCode.not_coordinator
-        return ErrorCode.none
+            return EndResult(ErrorCode.not_coordinator)
+        return EndResult(ErrorCode.none, *rules.after_v2(new)) if v2 else EndResult(ErrorCode.none)
 
     def finish(self, entry: TxnEntry) -> asyncio.Task[bool]:
         """The task ending the entry's prepared transaction (started unless one is running)."""

@@ -27,7 +27,15 @@ from kafscale.config import BrokerConfig
 from kafscale.protocol.errors import ErrorCode
 from kafscale.storage.metadata_store import MetadataStore, MetadataStoreError
 from kafscale.transactions import state as rules
-from kafscale.transactions.coordinator import Callbacks, Fenced, InitResult, TxnCoordinator, TxnSettings, now_ms
+from kafscale.transactions.coordinator import (
+    Callbacks,
+    EndResult,
+    Fenced,
+    InitResult,
+    TxnCoordinator,
+    TxnSettings,
+    now_ms,
+)
 from kafscale.transactions.markers import CompleteOffsets, TopicLookup, WriteMarker
 from kafscale.transactions.state import TopicPartition, TxnMetadata
 
@@ -149,12 +157,15 @@ class TransactionRegistry:
         return await self._code(transactional_id, lambda: self.coordinator.add(
             transactional_id, producer_id, producer_epoch, groups=frozenset((group_id,))))
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
-        """EndTxn: answers once every marker and every group's offsets are durable."""
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      v2: bool = False) -> EndResult:
+        """EndTxn: answers once every marker and every group's offsets are durable. v2: EndTxn v5+ (transactions
+        v2), which bumps the producer's epoch."""
         if not transactional_id:
-            return ErrorCode.invalid_request
-        return await self._code(transactional_id, lambda: self.coordinator.end_txn(
-            transactional_id, producer_id, producer_epoch, commit))
+            return EndResult(ErrorCode.invalid_request)
+        result = await self._guarded(transactional_id, lambda: self.coordinator.end_txn(
+            transactional_id, producer_id, producer_epoch, commit, v2))
+        return result if isinstance(result, EndResult) else EndResult(result)
 
     async def describe(self, transactional_id: str) -> tuple[ErrorCode, TxnMetadata | None]:
         """DescribeTransactions: the id's current metadata (None: no such id)."""

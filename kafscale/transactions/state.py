@@ -71,6 +71,7 @@ class TxnMetadata:
     groups: frozenset[str] = frozenset()
     start_ms: int = -1  # when the first partition joined the open transaction
     coordinator_epoch: int = 0  # which coordinator incarnation wrote this (markers carry it)
+    next_producer_id: int = NO_PRODUCER_ID  # transactions v2: the id the producer goes on with once this ends
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -81,7 +82,8 @@ class TxnMetadata:
                 "last_producer_id": self.last_producer_id, "last_producer_epoch": self.last_producer_epoch,
                 "state": self.state.value, "partitions": [[t, p] for t, p in sorted(self.partitions)],
                 "groups": sorted(self.groups), "timeout_ms": self.timeout_ms, "start_ms": self.start_ms,
-                "update_ms": self.update_ms, "coordinator_epoch": self.coordinator_epoch}
+                "update_ms": self.update_ms, "coordinator_epoch": self.coordinator_epoch,
+                **({"next_producer_id": self.next_producer_id} if self.next_producer_id != NO_PRODUCER_ID else {})}
 
     @classmethod
     def from_dict(cls, transactional_id: str, d: dict[str, Any]) -> TxnMetadata:
@@ -92,7 +94,8 @@ class TxnMetadata:
                    last_producer_epoch=int(d.get("last_producer_epoch", NO_PRODUCER_EPOCH)),
                    partitions=frozenset((str(t), int(p)) for t, p in d.get("partitions", ())),
                    groups=frozenset(d.get("groups", ())), start_ms=int(d.get("start_ms", -1)),
-                   coordinator_epoch=int(d.get("coordinator_epoch", 0)))
+                   coordinator_epoch=int(d.get("coordinator_epoch", 0)),
+                   next_producer_id=int(d.get("next_producer_id", NO_PRODUCER_ID)))
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -250,10 +253,80 @@ def end(meta: TxnMetadata, producer_id: int, producer_epoch: int, commit: bool,
     return ErrorCode.invalid_txn_state  # Empty, Dead
 
 
+def end_v2(meta: TxnMetadata, producer_id: int, producer_epoch: int, commit: bool,
+           now_ms: int) -> TxnMetadata | ErrorCode:
+    """EndTxn v5+ (transactions v2, KIP-890 part 2): every ending bumps the producer epoch. The Prepare* record
+    holds epoch E+1 (the markers carry it, fencing anything the producer still sends at E) and E as the last
+    epoch, which is how a retry from a producer that missed the answer is recognised: it still says E. When that
+    uses the epoch's last value (`needs_next_producer_id`), the coordinator also allocates the producer id the
+    producer goes on with from epoch 0 (`next_producer_id`, taken up by `complete`).
+
+    Also unlike the first protocol, an abort with no transaction open is a real ending (an empty abort: the
+    epoch bumps), since a v2 producer recovers from abortable errors that way."""
+    retry = _v2_retry(meta, producer_id, producer_epoch)
+    if meta.producer_id != producer_id and not retry:
+        return ErrorCode.invalid_producer_id_mapping
+    state = meta.state
+    if state.preparing:
+        if not retry:
+            return ErrorCode.producer_fenced
+        same = (state is TxnState.PREPARE_COMMIT) == commit and state is not TxnState.PREPARE_EPOCH_FENCE
+        return ErrorCode.concurrent_transactions if same else ErrorCode.invalid_txn_state
+    if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        if retry:  # the answer was lost: the same outcome again is done, the other one is not possible
+            return ErrorCode.none if (state is TxnState.COMPLETE_COMMIT) == commit else ErrorCode.invalid_txn_state
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.producer_fenced
+        if commit:
+            return ErrorCode.invalid_txn_state
+        return _prepare_v2(meta, False, now_ms)  # a new, empty abort
+    if meta.producer_epoch != producer_epoch:
+        return ErrorCode.producer_fenced
+    if state is TxnState.ONGOING:
+        return _prepare_v2(meta, commit, now_ms)
+    if state is TxnState.EMPTY and not commit:
+        return _prepare_v2(meta, False, now_ms)
+    return ErrorCode.invalid_txn_state  # Empty (commit), Dead
+
+
+def _v2_retry(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """The request is from the producer as it was before this ending bumped it (it missed the answer)."""
+    if meta.producer_id == producer_id:
+        return meta.producer_epoch == producer_epoch + 1 and meta.last_producer_epoch == producer_epoch
+    # across an exhausted epoch: the ending moved the producer to a new id at epoch 0
+    return meta.last_producer_id == producer_id and meta.producer_epoch == 0 and epoch_exhausted(producer_epoch)
+
+
+def _prepare_v2(meta: TxnMetadata, commit: bool, now_ms: int) -> TxnMetadata:
+    opening = meta.state is not TxnState.ONGOING
+    return dataclasses.replace(
+        meta, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, update_ms=now_ms,
+        producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH), last_producer_id=meta.producer_id,
+        last_producer_epoch=meta.producer_epoch, partitions=frozenset() if opening else meta.partitions,
+        groups=frozenset() if opening else meta.groups, start_ms=meta.start_ms if not opening else -1)
+
+
+def needs_next_producer_id(prepared: TxnMetadata) -> bool:
+    """A v2 ending that bumped the epoch to its last value: the producer goes on with a new id."""
+    return prepared.producer_epoch >= MAX_EPOCH and prepared.next_producer_id == NO_PRODUCER_ID
+
+
+def after_v2(meta: TxnMetadata) -> tuple[int, int]:
+    """The producer id and epoch a v2 producer goes on with once this (prepared or completed) ending is done."""
+    if meta.next_producer_id != NO_PRODUCER_ID:
+        return meta.next_producer_id, 0
+    return meta.producer_id, meta.producer_epoch
+
+
 def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
-    """Every marker written and every group's offsets settled: the transaction is over."""
+    """Every marker written and every group's offsets settled: the transaction is over. A v2 ending that took a
+    new producer id moves to it now (the markers went out under the old one)."""
     state = TxnState.COMPLETE_COMMIT if meta.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
-    return dataclasses.replace(meta, state=state, update_ms=now_ms, partitions=frozenset(), groups=frozenset())
+    done = dataclasses.replace(meta, state=state, update_ms=now_ms, partitions=frozenset(), groups=frozenset())
+    if meta.next_producer_id != NO_PRODUCER_ID:
+        done = dataclasses.replace(done, producer_id=meta.next_producer_id, producer_epoch=0,
+                                   last_producer_id=meta.producer_id, next_producer_id=NO_PRODUCER_ID)
+    return done
 
 
 def timed_out(meta: TxnMetadata, now_ms: int) -> bool:

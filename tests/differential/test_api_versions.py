@@ -49,16 +49,17 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
 # Served APIs whose newest versions in Kafka 4.4.0 Kafscale does not serve: key -> (name, newest served, why).
 KIO = "kio 0.6.2, the pinned protocol library, has no schema for them"
 NEWEST: dict[int, tuple[str, int, str]] = {
-    0: ("Produce", 11, KIO), 1: ("Fetch", 17, KIO), 3: ("Metadata", 12, KIO), 15: ("DescribeGroups", 5, KIO),
+    0: ("Produce", 12, "v13 names topics by id (KIP-516); " + KIO), 1: ("Fetch", 17, KIO),
+    3: ("Metadata", 12, KIO), 15: ("DescribeGroups", 5, KIO),
     18: ("ApiVersions", 4, KIO), 42: ("DeleteGroups", 2, KIO), 60: ("DescribeCluster", 1, KIO),
     35: ("DescribeLogDirs", 4, KIO),
     2: ("ListOffsets", 8, "v9 lists the latest tiered offset (KIP-1005), there are no tiers here; " + KIO),
     8: ("OffsetCommit", 8, "v9 carries KIP-848 member epochs (issue 37); " + KIO),
     9: ("OffsetFetch", 8, "v9 carries KIP-848 member epochs (issue 37); " + KIO),
-    10: ("FindCoordinator", 4, "v5 is transactions v2 (KIP-890 part 2, issue 33), v6 share coordinators (KIP-932)"),
-    26: ("EndTxn", 4, "v5 is transactions v2 (KIP-890 part 2, issue 33); " + KIO),
-    28: ("TxnOffsetCommit", 4, KIO),
-    27: ("WriteTxnMarkers", 1, "v2 names each marker's transaction version (transactions v2, issue 33); " + KIO),
+    28: ("TxnOffsetCommit", 5, "v6, new in Kafka 4.4, is not built yet; " + KIO),
+    10: ("FindCoordinator", 5, "v6 finds share coordinators (KIP-932): " + SHARE_GROUPS),
+    27: ("WriteTxnMarkers", 1, "v2 names each marker's transaction version (KIP-1228); Kafscale's coordinators do not "
+                              "send markers through this API; " + KIO),
     66: ("ListTransactions", 1, "v2 filters by a transactional id pattern (KIP-1152); " + KIO),
     11: ("JoinGroup", 7, "v8 reasons (KIP-800) and v9 a static leader's skipped assignment (KIP-814): not yet"),
 }  # fmt: skip
@@ -105,3 +106,26 @@ def test_every_omission_is_documented() -> None:
     missing += [f"{name} v{newest + 1}+" for name, newest, _ in NEWEST.values()
                 if f"`{name}` v{newest + 1}" not in listed]
     assert missing == []
+
+
+def transaction_version(port: int, version: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None, bool]:
+    """The `transaction.version` feature of an ApiVersions answer of this version: the supported range, the
+    finalized levels, and whether the finalized epoch is one a client takes (>= 0)."""
+    with Peer("any", port) as peer:
+        answer = peer.call(req(API_VERSIONS, version=version, client_software_name="kafscale-differential",
+                               client_software_version="1"))
+    supported = [(int(f.min_version), int(f.max_version)) for f in answer.supported_features
+                 if f.name == "transaction.version"]
+    finalized = [(int(f.min_version_level), int(f.max_version_level)) for f in answer.finalized_features
+                 if f.name == "transaction.version"]
+    return (supported[0] if supported else None, finalized[0] if finalized else None,
+            int(answer.finalized_features_epoch) >= 0)
+
+
+def test_transactions_v2_is_advertised_as_kafka_does(kafka_reference: ReferenceKafka, kafscale: Cluster) -> None:
+    """A Kafka 4 client uses transactions v2 (KIP-890 part 2) once `transaction.version` is finalized at 2 with an
+    epoch it takes; v3 answers leave out supported features whose minimum is 0."""
+    for version in (3, 4):
+        ours, kafkas = transaction_version(kafscale.port, version), transaction_version(kafka_reference.port, version)
+        assert ours == kafkas, (version, ours, kafkas)
+    assert transaction_version(kafscale.port, 4) == ((0, 2), (2, 2), True)

@@ -186,14 +186,15 @@ class Txn:
                           f"{self.peer.name} EndTxn")
         return code(answer.error_code)
 
-    def produce(self, topic: str, partition: int, rows: list[Row], *, epoch: int | None = None) -> tuple[str, int]:
+    def produce(self, topic: str, partition: int, rows: list[Row], *, epoch: int | None = None,
+                version: int | None = None) -> tuple[str, int]:
         """One transactional batch (acks=all), its sequence following the last one sent to the partition:
-        (error name, base offset)."""
+        (error name, base offset). Produce v12 (transactions v2) adds the partition to the transaction itself."""
         seq = self.sequences.get((topic, partition), 0)
         records = txn_batch(self.producer_id, self.epoch if epoch is None else epoch, seq, rows)
-        part = sub(PRODUCE, "PartitionProduceData", index=partition, records=records)
-        request = req(PRODUCE, transactional_id=self.id, acks=-1, timeout=datetime.timedelta(seconds=30),
-                      topic_data=(sub(PRODUCE, "TopicProduceData", name=topic, partition_data=(part,)),))
+        part = sub(PRODUCE, "PartitionProduceData", version, index=partition, records=records)
+        request = req(PRODUCE, version, transactional_id=self.id, acks=-1, timeout=datetime.timedelta(seconds=30),
+                      topic_data=(sub(PRODUCE, "TopicProduceData", version, name=topic, partition_data=(part,)),))
         answer = self.peer.call(request).responses[0].partition_responses[0]
         if answer.error_code == ErrorCode.none:
             self.sequences[(topic, partition)] = seq + len(rows)
@@ -771,4 +772,56 @@ def test_init_producer_id_aborts_the_transaction_the_previous_epoch_left_open(br
         "new-add": {"T:0": "NONE"}, "new-produce": ("NONE", 4), "new-commit": "NONE",
         "committed": {"hw": 8, "lso": 8, "aborted": [("P", 0)], "batches": [
             transactional(0), marker(3, "ABORT", epoch=1), transactional(4, epoch=2), marker(7, "COMMIT", epoch=2)]},
+    })  # fmt: skip
+
+
+# ------------------------------------------------------------------------- transactions v2 (KIP-890 part 2)
+
+
+def end_v2(txn: Txn, commit: bool) -> tuple[str, str | int, int]:
+    """EndTxn v5 at the producer's epoch as the case holds it: (error, the producer id to go on with, its epoch)."""
+    request = treq(END_TXN, 5, transactional_id=txn.id, producer_id=txn.producer_id, producer_epoch=txn.epoch,
+                   committed=commit)
+    answer = retrying(lambda: txn.peer.call(request), lambda a: [code(a.error_code)], f"{txn.peer.name} EndTxn")
+    return code(answer.error_code), pid_name(int(answer.producer_id), txn), int(answer.producer_epoch)
+
+
+def test_transactions_v2_bump_the_epoch_with_every_ending(brokers: list[Peer], topic: str) -> None:
+    """Transactions v2, in the requests a Kafka 4 client sends once `transaction.version` is 2: Produce v12 adds
+    its partition and TxnOffsetCommit v5 its group (no AddPartitionsToTxn or AddOffsetsToTxn); EndTxn v5 ends the
+    transaction at the next epoch, which its marker carries and its answer gives. A retry at the old epoch (the
+    answer lost) gets the same answer, the other outcome INVALID_TXN_STATE; the old epoch is fenced from then on.
+    An abort with nothing open is an empty abort that bumps the epoch again."""
+
+    def case(peer: Peer) -> Any:
+        peer.create_ready(topic, 2)
+        group = unique("g")
+        peer.coordinator(group)
+        txn = Txn(peer)
+        steps: dict[str, Any] = {"produce": txn.produce(topic, 0, ROWS, version=12),
+                                 "offsets": commit_offsets(peer, txn, group, topic, {0: 3}, version=5)}
+        steps["commit"] = end_v2(txn, True)
+        steps["commit-retry"], steps["abort-retry"] = end_v2(txn, True), end_v2(txn, False)
+        steps["committed"] = wait_for("the committed offset", lambda: stable_offsets(peer, group, topic, True),
+                                      lambda a: a[1][0][1] != "UNSTABLE_OFFSET_COMMIT")
+        steps["zombie"] = txn.produce(topic, 0, ROWS, version=12)  # still at epoch 0
+        txn.epoch, txn.sequences = steps["commit"][2], {}  # a new epoch starts its sequences at 0
+        steps["empty-abort"] = end_v2(txn, False)
+        txn.epoch = steps["empty-abort"][2]
+        steps["produce-2"] = txn.produce(topic, 0, ROWS, version=12)
+        steps["abort"] = end_v2(txn, False)
+        wait_for("the abort marker", lambda: latest_of(peer, topic, 0), lambda hw: hw == 8)
+        steps["log"] = read_all(peer, topic, 0, READ_UNCOMMITTED, txn)
+        steps["read-committed"] = read_all(peer, topic, 0, READ_COMMITTED, txn)
+        return steps
+
+    log = [transactional(0), marker(3, "COMMIT", 1), transactional(4, epoch=2), marker(7, "ABORT", 3)]
+    compare(brokers, case, {
+        "produce": ("NONE", 0), "offsets": {0: "NONE"},
+        "commit": ("NONE", "P", 1), "commit-retry": ("NONE", "P", 1), "abort-retry": ("INVALID_TXN_STATE", -1, -1),
+        "committed": ("NONE", {0: (3, "NONE"), 1: (-1, "NONE")}),
+        "zombie": ("INVALID_PRODUCER_EPOCH", -1),
+        "empty-abort": ("NONE", "P", 2), "produce-2": ("NONE", 4), "abort": ("NONE", "P", 3),
+        "log": {"hw": 8, "lso": 8, "aborted": None, "batches": log},
+        "read-committed": {"hw": 8, "lso": 8, "aborted": [("P", 4)], "batches": log},
     })  # fmt: skip

@@ -90,7 +90,7 @@ class FakeBroker:
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
                       then: Callable[[list[ProduceResult]], T],
-                      transactional_id: str | None = None) -> asyncio.Future[T]:
+                      transactional_id: str | None = None, add_to_txn: bool = False) -> asyncio.Future[T]:
         results = []
         for topic, partition, records in items:
             log = self._log(topic, partition)
@@ -168,7 +168,15 @@ class FakeBroker:
         return (await self.produce(topic, partition, marker.batch(0), -1, timeout_ms)).error
 
     async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                         partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+                         partitions: list[tuple[str, int]], group_id: str | None = None,
+                         add: bool = False) -> list[int]:
+        if add:
+            out = [int(await self.transactions.add_partitions(transactional_id, producer_id, producer_epoch,
+                                                              partitions))] * len(partitions)
+            if group_id is not None:
+                out.append(int(await self.transactions.add_offsets(transactional_id, producer_id, producer_epoch,
+                                                                   group_id)))
+            return out
         codes = await self.transactions.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
         out = [int(codes[tp]) for tp in partitions]
         if group_id is not None:

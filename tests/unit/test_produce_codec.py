@@ -1,4 +1,4 @@
-"""The hand-written Produce codec against kio, for every version the broker registers (0-11).
+"""The hand-written Produce codec against kio, for every version the broker registers (0-12; v12 is v11 on the wire).
 
 Requests: whatever kio encodes, read_produce_request reads back field for field; truncated or
 inconsistent bytes give MalformedRequest and nothing else. Responses: encode_produce_response gives
@@ -25,7 +25,7 @@ from kafscale.protocol.header import parse_request_header
 from kafscale.protocol.produce_codec import encode_produce_response, read_produce_request
 from kafscale.protocol.varint import varint_bytes
 
-VERSIONS = range(0, 12)
+VERSIONS = range(0, 13)
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=20)
 partitions = st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.none() | st.binary(max_size=300)),
@@ -81,7 +81,7 @@ def test_records_are_a_private_copy_of_a_memoryview_payload() -> None:
     assert req.topic_data[0].partition_data[0].records == bytearray(b"abc")
 
 
-@pytest.mark.parametrize("version", [3, 8, 9, 11])
+@pytest.mark.parametrize("version", [3, 8, 9, 11, 12])
 def test_every_truncation_is_a_malformed_request(version: int) -> None:
     spec = {"transactional_id": "tx", "acks": 1, "timeout_ms": 100,
             "topics": [("topic", [(0, b"records"), (1, None)]), ("other", [(7, b"")])]}
@@ -131,7 +131,7 @@ def test_inconsistent_fields_are_malformed_requests_that_name_the_field(version:
         read_produce_request(0, version, payload, offset)
 
 
-@pytest.mark.parametrize("version", [3, 8, 9, 11])
+@pytest.mark.parametrize("version", [3, 8, 9, 11, 12])
 @settings(max_examples=300, deadline=None)
 @given(body=st.binary(max_size=200))
 def test_any_bytes_read_as_a_request_or_a_malformed_request(version: int, body: bytes) -> None:

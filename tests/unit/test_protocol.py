@@ -360,7 +360,7 @@ async def _api_versions_frame(router: Router, version: int, body: Any) -> bytes:
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 async def test_api_versions_response_decodes_with_kafka_python(version: int):
-    router = Router()
+    router = Router({"transaction.version": 2})
 
     async def handler(ctx: RequestContext, req: Any) -> Any:
         return None
@@ -374,9 +374,22 @@ async def test_api_versions_response_decodes_with_kafka_python(version: int):
     assert decoded.error_code == 0
     got = {(k.api_key, k.min_version, k.max_version) for k in decoded.api_keys}
     assert got == {(0, 3, 9), (3, 0, 12), (18, 0, 4)}
-    if version >= 3:
-        # no tagged fields at all: every feature field keeps its default
-        assert data.endswith(b"\x00\x00\x00\x00\x00")  # throttle 0 + empty tag buffer
+    _, resp = decode_response(18, version, data[4:])
+    if version >= 3:  # transaction.version: supported 0-2 (left out of v3, its minimum being 0), finalized at 2
+        supported = [(f.name, f.min_version, f.max_version) for f in resp.supported_features]
+        assert supported == ([("transaction.version", 0, 2)] if version >= 4 else [])
+        finalized = [(f.name, f.min_version_level, f.max_version_level) for f in resp.finalized_features]
+        assert finalized == [("transaction.version", 2, 2)] and resp.finalized_features_epoch == 0
+        assert not resp.zk_migration_ready
+
+
+@pytest.mark.parametrize("level", [0, 1])
+async def test_api_versions_finalizes_the_configured_transaction_version(level: int):
+    body = request_class(18, 4)(client_software_name="kcat", client_software_version="1.7.1")
+    data = await _api_versions_frame(Router({"transaction.version": level}), 4, body)
+    _, resp = decode_response(18, 4, data[4:])
+    finalized = [(f.name, f.min_version_level, f.max_version_level) for f in resp.finalized_features]
+    assert finalized == ([("transaction.version", 1, 1)] if level else [])  # a level 0 feature is not listed
 
 
 def test_registering_an_api_loads_no_schema_class_until_its_first_request() -> None:

@@ -143,30 +143,30 @@ async def test_commit_writes_every_marker_and_the_groups_offsets_before_answerin
     pid = (await r.init_producer_id("t", TIMEOUT)).producer_id
     assert await r.add_partitions("t", pid, 0, [("a", 0), ("a", 1), ("b", 0)]) == ErrorCode.none
     assert await r.add_offsets("t", pid, 0, "g") == ErrorCode.none
-    assert await r.end_txn("t", pid, 0, commit=True) == ErrorCode.none
+    assert (await r.end_txn("t", pid, 0, commit=True)).error == ErrorCode.none
     assert sorted((t, p) for t, p, _ in fakes.markers) == [("a", 0), ("a", 1), ("b", 0)]
     assert {m for _, _, m in fakes.markers} == {TxnMarker(pid, 0, 0, True)}
     assert fakes.offsets == [("g", pid, 0, True)]
     record = await stored(store, "t")
     assert record is not None and record.state is TxnState.COMPLETE_COMMIT
     assert not record.partitions and not record.groups
-    assert await r.end_txn("t", pid, 0, commit=True) == ErrorCode.none  # a retry
-    assert await r.end_txn("t", pid, 0, commit=False) == ErrorCode.invalid_txn_state
+    assert (await r.end_txn("t", pid, 0, commit=True)).error == ErrorCode.none  # a retry
+    assert (await r.end_txn("t", pid, 0, commit=False)).error == ErrorCode.invalid_txn_state
     # the next transaction of the same producer
     assert await r.add_partitions("t", pid, 0, [("c", 0)]) == ErrorCode.none
-    assert await r.end_txn("t", pid, 0, commit=False) == ErrorCode.none
+    assert (await r.end_txn("t", pid, 0, commit=False)).error == ErrorCode.none
     assert fakes.markers[-1] == ("c", 0, TxnMarker(pid, 0, 0, False))
-    assert await r.end_txn("t", pid, 0, commit=False) == ErrorCode.none  # abort of CompleteAbort: a retry
-    assert await r.end_txn("t", pid, 0, commit=True) == ErrorCode.invalid_txn_state
-    assert await r.end_txn("t", pid, 1, commit=True) == ErrorCode.producer_fenced
+    assert (await r.end_txn("t", pid, 0, commit=False)).error == ErrorCode.none  # abort of CompleteAbort: a retry
+    assert (await r.end_txn("t", pid, 0, commit=True)).error == ErrorCode.invalid_txn_state
+    assert (await r.end_txn("t", pid, 1, commit=True)).error == ErrorCode.producer_fenced
     await r.close()
 
 
 async def test_end_txn_with_no_transaction_is_invalid_txn_state(store: EmbeddedStore) -> None:
     r = await registry(store, Fakes())
     pid = (await r.init_producer_id("t", TIMEOUT)).producer_id
-    assert await r.end_txn("t", pid, 0, commit=True) == ErrorCode.invalid_txn_state
-    assert await r.end_txn("nobody", pid, 0, commit=True) == ErrorCode.invalid_producer_id_mapping
+    assert (await r.end_txn("t", pid, 0, commit=True)).error == ErrorCode.invalid_txn_state
+    assert (await r.end_txn("nobody", pid, 0, commit=True)).error == ErrorCode.invalid_producer_id_mapping
     await r.close()
 
 
@@ -181,7 +181,7 @@ async def test_init_producer_id_aborts_the_open_transaction_of_the_previous_prod
     assert (successor.error, successor.producer_id, successor.producer_epoch) == (ErrorCode.none, pid, 2)
     assert fakes.markers == [("a", 0, TxnMarker(pid, 1, 0, False))]
     assert fakes.offsets == [("g", pid, 1, False)]
-    assert await r.end_txn("t", pid, 0, commit=True) == ErrorCode.producer_fenced
+    assert (await r.end_txn("t", pid, 0, commit=True)).error == ErrorCode.producer_fenced
     assert await r.add_partitions("t", pid, 0, [("a", 0)]) == ErrorCode.producer_fenced
     record = await stored(store, "t")
     assert record is not None and (record.state, record.producer_epoch) == (TxnState.EMPTY, 2)
@@ -198,11 +198,11 @@ async def test_requests_while_markers_are_in_flight_get_concurrent_transactions(
     await asyncio.sleep(0.05)
     assert not ending.done()  # EndTxn answers only once the markers are written
     assert await r.add_partitions("t", pid, 0, [("a", 1)]) == ErrorCode.concurrent_transactions
-    assert await r.end_txn("t", pid, 0, commit=True) == ErrorCode.concurrent_transactions
-    assert await r.end_txn("t", pid, 0, commit=False) == ErrorCode.invalid_txn_state
+    assert (await r.end_txn("t", pid, 0, commit=True)).error == ErrorCode.concurrent_transactions
+    assert (await r.end_txn("t", pid, 0, commit=False)).error == ErrorCode.invalid_txn_state
     assert (await r.init_producer_id("t", TIMEOUT)).error == ErrorCode.concurrent_transactions
     fakes.gate.set()
-    assert await asyncio.wait_for(ending, 5) == ErrorCode.none
+    assert (await asyncio.wait_for(ending, 5)).error == ErrorCode.none
     assert (await r.init_producer_id("t", TIMEOUT)).producer_epoch == 1
     await r.close()
 
@@ -220,7 +220,7 @@ async def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced
     record = await stored(store, "t")
     assert record is not None and (record.state, record.producer_epoch) == (TxnState.COMPLETE_ABORT, 1)
     assert await r.add_partitions("t", pid, 0, [("a", 0)]) == ErrorCode.producer_fenced
-    assert await r.end_txn("t", pid, 0, commit=True) == ErrorCode.producer_fenced
+    assert (await r.end_txn("t", pid, 0, commit=True)).error == ErrorCode.producer_fenced
     await r.close()
 
 
@@ -249,7 +249,7 @@ async def test_a_prepared_commit_is_finished_by_the_next_incarnation(store: Embe
     record = await stored(store, "t")
     assert record is not None and (record.state, record.coordinator_epoch) == (TxnState.PREPARE_COMMIT, 0)
     await first.close()
-    assert await ending == ErrorCode.not_coordinator  # the client looks for the coordinator again
+    assert (await ending).error == ErrorCode.not_coordinator  # the client looks for the coordinator again
 
     survivor = Fakes()
     second = await registry(store, survivor)
@@ -260,7 +260,7 @@ async def test_a_prepared_commit_is_finished_by_the_next_incarnation(store: Embe
     assert survivor.offsets == [("g", pid, 0, True)]
     record = await stored(store, "t")
     assert record is not None and (record.state, record.coordinator_epoch) == (TxnState.COMPLETE_COMMIT, 1)
-    assert await second.end_txn("t", pid, 0, commit=True) == ErrorCode.none  # the client's retry
+    assert (await second.end_txn("t", pid, 0, commit=True)).error == ErrorCode.none  # the client's retry
     await second.close()
 
 
@@ -281,6 +281,68 @@ async def test_a_coordinator_overtaken_by_another_incarnation_cannot_write(store
 async def test_ids_of_another_shard_and_a_closed_registry_are_refused(store: EmbeddedStore) -> None:
     elsewhere = await registry(store, Fakes(), owns=False)
     assert (await elsewhere.init_producer_id("t", TIMEOUT)).error == ErrorCode.not_coordinator
-    assert await elsewhere.end_txn("t", 1, 0, commit=True) == ErrorCode.not_coordinator
+    assert (await elsewhere.end_txn("t", 1, 0, commit=True)).error == ErrorCode.not_coordinator
     await elsewhere.close()
     assert await elsewhere.add_partitions("t", 1, 0, [("a", 0)]) == ErrorCode.coordinator_not_available
+
+
+# ---------------------------------------------------------------- transactions v2 (KIP-890 part 2, EndTxn v5+)
+
+
+async def test_v2_endings_bump_the_epoch_which_the_markers_carry_and_the_answer_tells(store: EmbeddedStore) -> None:
+    fakes = Fakes()
+    r = await registry(store, fakes)
+    pid = (await r.init_producer_id("t", TIMEOUT)).producer_id
+    assert await r.add_partitions("t", pid, 0, [("a", 0)]) == ErrorCode.none
+    assert await r.add_offsets("t", pid, 0, "g") == ErrorCode.none
+    done = await r.end_txn("t", pid, 0, commit=True, v2=True)
+    assert (done.error, done.producer_id, done.producer_epoch) == (ErrorCode.none, pid, 1)
+    assert fakes.markers == [("a", 0, TxnMarker(pid, 1, 0, True))]  # the bumped epoch fences epoch 0 there
+    assert fakes.offsets == [("g", pid, 1, True)]
+    record = await stored(store, "t")
+    assert record is not None and (record.state, record.producer_epoch, record.last_producer_epoch) == (
+        TxnState.COMPLETE_COMMIT, 1, 0)
+    # the answer was lost: the producer retries with the epoch it had, and is told the same
+    retry = await r.end_txn("t", pid, 0, commit=True, v2=True)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (ErrorCode.none, pid, 1)
+    assert (await r.end_txn("t", pid, 0, commit=False, v2=True)).error == ErrorCode.invalid_txn_state
+    # the next transaction goes on at epoch 1; epoch 0 is fenced from now on
+    assert await r.add_partitions("t", pid, 0, [("a", 0)]) == ErrorCode.producer_fenced
+    assert await r.add_partitions("t", pid, 1, [("b", 0)]) == ErrorCode.none
+    aborted = await r.end_txn("t", pid, 1, commit=False, v2=True)
+    assert (aborted.error, aborted.producer_epoch) == (ErrorCode.none, 2)
+    assert fakes.markers[-1] == ("b", 0, TxnMarker(pid, 2, 0, False))
+    assert len(fakes.markers) == 2
+    await r.close()
+
+
+async def test_v2_aborts_with_nothing_open_bump_the_epoch_and_commits_do_not_pass(store: EmbeddedStore) -> None:
+    fakes = Fakes()
+    r = await registry(store, fakes)
+    pid = (await r.init_producer_id("t", TIMEOUT)).producer_id
+    assert (await r.end_txn("t", pid, 0, commit=True, v2=True)).error == ErrorCode.invalid_txn_state
+    empty = await r.end_txn("t", pid, 0, commit=False, v2=True)  # how a v2 producer recovers from an error
+    assert (empty.error, empty.producer_id, empty.producer_epoch) == (ErrorCode.none, pid, 1)
+    assert fakes.markers == []
+    again = await r.end_txn("t", pid, 1, commit=False, v2=True)  # another, at the new epoch: a new empty abort
+    assert (again.error, again.producer_epoch) == (ErrorCode.none, 2)
+    assert (await r.end_txn("t", pid, 1, commit=True, v2=True)).error == ErrorCode.invalid_txn_state
+    assert (await r.end_txn("t", pid, 5, commit=False, v2=True)).error == ErrorCode.producer_fenced
+    assert (await r.end_txn("t", pid + 1, 2, commit=False, v2=True)).error == ErrorCode.invalid_producer_id_mapping
+    await r.close()
+
+
+async def test_a_v2_ending_at_the_last_epoch_moves_the_producer_to_a_new_id(store: EmbeddedStore) -> None:
+    fakes = Fakes()
+    await store.put(keys.transaction("t"), TxnMetadata("t", 5, 32766, TxnState.ONGOING, TIMEOUT, now_ms(),
+                                                       partitions=frozenset({("a", 0)}), start_ms=now_ms()).to_dict())
+    r = await registry(store, fakes)
+    done = await r.end_txn("t", 5, 32766, commit=True, v2=True)
+    assert (done.error, done.producer_id, done.producer_epoch) == (ErrorCode.none, 1001, 0)
+    assert fakes.markers == [("a", 0, TxnMarker(5, 32767, 1, True))]  # the old id, at its last epoch
+    record = await stored(store, "t")
+    assert record is not None and (record.producer_id, record.producer_epoch, record.last_producer_id) == (1001, 0, 5)
+    retry = await r.end_txn("t", 5, 32766, commit=True, v2=True)  # the answer was lost
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (ErrorCode.none, 1001, 0)
+    assert await r.add_partitions("t", 1001, 0, [("a", 0)]) == ErrorCode.none
+    await r.close()

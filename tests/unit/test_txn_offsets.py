@@ -30,7 +30,8 @@ def _part(api_key: int, version: int, entity: str, /, **fields: Any) -> Any:
 
 
 async def _in_the_transaction(transactional_id: str, producer_id: int, producer_epoch: int,
-                              partitions: list[tuple[str, int]], group_id: str | None = None) -> list[int]:
+                              partitions: list[tuple[str, int]], group_id: str | None = None,
+                              add: bool = False) -> list[int]:
     return [0] * (len(partitions) + (group_id is not None))
 
 

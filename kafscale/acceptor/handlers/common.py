@@ -8,10 +8,8 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kio.index import load_response_schema
-
 from kafscale.acceptor.router import RequestContext
-from kafscale.protocol.codec import make
+from kafscale.protocol.codec import make, response_class
 from kafscale.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -25,7 +23,7 @@ NO_THROTTLE = datetime.timedelta(0)
 
 @functools.cache
 def _module(api_key: int, version: int) -> ModuleType:
-    return sys.modules[load_response_schema(api_key, version).__module__]
+    return sys.modules[response_class(api_key, version).__module__]
 
 
 def response_module(ctx: RequestContext) -> ModuleType:

@@ -1,5 +1,6 @@
-"""FindCoordinator v0-v4: names the shard that hosts a group, or a transactional id's transaction coordinator
-(key type 1): the same slots decide both (kafscale.cluster.placement; docs/transactions.md)."""
+"""FindCoordinator v0-v5: names the shard that hosts a group, or a transactional id's transaction coordinator
+(key type 1): the same slots decide both (kafscale.cluster.placement; docs/transactions.md). v5 is v4 with
+TRANSACTION_ABORTABLE among the errors, which is never answered here."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 4
+API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 5
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 

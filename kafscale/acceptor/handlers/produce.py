@@ -1,4 +1,4 @@
-"""Produce v0-v11: hand each partition's batches to its owner; answer per acks.
+"""Produce v0-v12: hand each partition's batches to its owner; answer per acks.
 
 v0-v2 carry legacy message sets (magic 0 and 1), which are converted to one v2 batch per partition before the
 owner sees them (kafscale/acceptor/legacy.py), as Kafka 3.9 converts them; v3+ carry v2 batches, which go to the
@@ -27,8 +27,9 @@ from kafscale.protocol.produce_codec import (
 )
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = produce_codec.API_KEY, 0, 11
+API_KEY, MIN_VERSION, MAX_VERSION = produce_codec.API_KEY, 0, 12
 FIRST_V2_VERSION = 3  # v0-v2 carry legacy (magic 0/1) message sets
+ADDS_TO_TXN_SINCE = 12  # transactions v2 (KIP-890 part 2): a transactional batch adds its partition itself
 
 
 # Not a coroutine: the answer is a future the shard completes from its callbacks (no task per
@@ -79,7 +80,8 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
             for topic in req.topic_data
         ], leaders, list(endpoints.values()))
 
-    return broker.start_produce(jobs, acks, req.timeout_ms, answer, req.transactional_id)
+    return broker.start_produce(jobs, acks, req.timeout_ms, answer, req.transactional_id,
+                                add_to_txn=ctx.api_version >= ADDS_TO_TXN_SINCE)
 
 
 DECODE = read_produce_request  # the codec reads Produce requests itself, without kio

@@ -1,6 +1,7 @@
-"""TxnOffsetCommit v0-v4: a transactional producer's offsets for a group (sendOffsetsToTransaction), sent to the
-group's coordinator after AddOffsetsToTxn. They stay pending, invisible to OffsetFetch, until the transaction's
-coordinator completes the transaction here (kafscale/groups/txn_offsets.py); acknowledged once durable.
+"""TxnOffsetCommit v0-v5: a transactional producer's offsets for a group (sendOffsetsToTransaction), sent to the
+group's coordinator after AddOffsetsToTxn (v0-v4) or instead of it (v5, transactions v2: the group joins the
+transaction here). They stay pending, invisible to OffsetFetch, until the transaction's coordinator completes the
+transaction here (kafscale/groups/txn_offsets.py); acknowledged once durable.
 
 Checks in Kafka's order (KafkaApis, then the group coordinator): WRITE on the transactional id, READ on the
 group (each fails every partition), READ on each topic, the topic partition's existence; then the group: an
@@ -19,7 +20,8 @@ from kafscale.broker.interface import Broker
 from kafscale.groups.offsets import MAX_METADATA_BYTES, OffsetEntry
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 4
+API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 5
+ADDS_TO_TXN_SINCE = 5  # transactions v2 (KIP-890 part 2)
 
 Errors = dict[tuple[str, int], ErrorCode]
 
@@ -76,10 +78,10 @@ async def _commit(req: Any, broker: Broker, ctx: RequestContext) -> Errors:
 
 async def _verified(req: Any, broker: Broker, version: int) -> ErrorCode:
     """KIP-890 part 1: the transaction's coordinator confirms that AddOffsetsToTxn put the group in the producer's
-    open transaction, so a fenced (zombie) producer's offsets are never taken."""
+    open transaction, so a fenced (zombie) producer's offsets are never taken. Part 2 (v5): it adds the group."""
     try:
         code = ErrorCode((await broker.verify_txn(req.transactional_id, req.producer_id, req.producer_epoch, [],
-                                                  req.group_id))[-1])
+                                                  req.group_id, add=version >= ADDS_TO_TXN_SINCE))[-1])
     except Exception:
         code = ErrorCode.coordinator_not_available
     if code in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_id_mapping):

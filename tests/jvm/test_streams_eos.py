@@ -9,8 +9,8 @@ or going back would be an update applied twice, or lost and redone) and that the
 the input.
 
 Each test runs against Apache Kafka 4.4.0 first (`[reference]`, the `kafka_reference` fixture), which validates the
-test, then against Kafscale (`[kafscale]`, the in-process broker of tests/jvm/conftest.py); the last one, a shard
-killed with kill -9 while the app runs, against a 2-shard `kafscale serve` only.
+test, then against Kafscale (`[kafscale]`, the in-process broker of tests/jvm/conftest.py); the last one, a
+partition moved and then a shard killed with kill -9 while the app runs, against a 2-shard `kafscale serve` only.
 
 The changelog topic is compacted (Streams creates it with cleanup.policy=compact): Kafscale cleans it while the app
 runs, and a restarted app with an empty state directory restores its counts from it.
@@ -24,6 +24,8 @@ import random
 import re
 import signal
 import struct
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -36,6 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.testing.serve_process import ServeProcess
+from tests.integration.test_transactions_crashes import leaders, ray_address
 from tests.jvm.streams_app import WordCountApp
 
 pytestmark = pytest.mark.timeout(300)
@@ -271,6 +274,16 @@ def shard_pids(serve: ServeProcess) -> dict[int, int]:
                                                        serve.log_text())}
 
 
+def move_partition(serve: ServeProcess, topic: str, partition: int) -> None:
+    """A planned move of the partition to the other shard, as an operator makes it."""
+    target = 1 - leaders(serve.ports[0], topic)[partition]
+    done = subprocess.run([sys.executable, "-m", "kafscale.cli", "partition", "move", topic, str(partition), "--to",
+                           str(target), "--ray-address", ray_address(serve), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert leaders(serve.ports[0], topic)[partition] == target
+
+
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[ServeProcess]:
     process = ServeProcess(tmp_path / "data", shards=2, extra_args=["--flush-interval-ms", "20"])
@@ -280,12 +293,13 @@ def serve(tmp_path: Path) -> Iterator[ServeProcess]:
         process.kill()
 
 
-def test_the_word_count_stays_exact_when_a_shard_is_killed(request: pytest.FixtureRequest, serve: ServeProcess,
-                                                           tmp_path: Path, apps: list[WordCountApp]) -> None:
-    """Kafscale only (Kafka has no shards): a 2-shard `kafscale serve`; while the input flows in, the process of
-    shard 1 gets kill -9 (the controller heals its partitions, groups and transaction coordinators onto the other
-    shard); the Streams app stays up, its clients find the new leaders and coordinators, and its output ends
-    exact."""
+def test_the_word_count_stays_exact_through_a_partition_move_and_a_killed_shard(
+        request: pytest.FixtureRequest, serve: ServeProcess, tmp_path: Path, apps: list[WordCountApp]) -> None:
+    """Kafscale only (Kafka has no shards): a 2-shard `kafscale serve`; while the input flows in, partition 0 of
+    the input and of the output moves to the other shard (`kafscale partition move`, with the app's transactions
+    open in it), then the process of shard 1 gets kill -9 (the controller heals its partitions, groups and
+    transaction coordinators onto the other shard); the Streams app stays up, its clients find the new leaders and
+    coordinators, and its output ends exact."""
     for attempt in range(3):  # on a loaded machine `ray start` may give up after its fixed 30 s
         size = serve.log_path.stat().st_size if serve.log_path.exists() else 0
         try:
@@ -311,6 +325,9 @@ def test_the_word_count_stays_exact_when_a_shard_is_killed(request: pytest.Fixtu
         output.wait_for(Counter(word for line in slices[0] for word in line.split()), apps)
         for i, part in enumerate(slices[1:], start=1):
             produce(bootstrap, source, part)
+            if i == 3:
+                for topic in (source, sink):
+                    move_partition(serve, topic, 0)
             if i == 5:
                 victim = shard_pids(serve)[1]
                 os.kill(victim, signal.SIGKILL)

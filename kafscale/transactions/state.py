@@ -290,9 +290,12 @@ def end_v2(meta: TxnMetadata, producer_id: int, producer_epoch: int, commit: boo
 
 
 def _v2_retry(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
-    """The request is from the producer as it was before this ending bumped it (it missed the answer)."""
+    """The request is from the producer as it was before the last ending bumped it: it missed the answer, or the
+    coordinator ended the transaction itself (its timeout aborts at E+1). Kafka's rule, which lets a v2 producer
+    whose transaction timed out abort and carry on. (After an InitProducerId the state is Empty, never taken for
+    a retry, and the epoch is two ahead of the fenced producer's.)"""
     if meta.producer_id == producer_id:
-        return meta.producer_epoch == producer_epoch + 1 and meta.last_producer_epoch == producer_epoch
+        return meta.producer_epoch == producer_epoch + 1
     # across an exhausted epoch: the ending moved the producer to a new id at epoch 0
     return meta.last_producer_id == producer_id and meta.producer_epoch == 0 and epoch_exhausted(producer_epoch)
 

@@ -346,3 +346,24 @@ async def test_a_v2_ending_at_the_last_epoch_moves_the_producer_to_a_new_id(stor
     assert (retry.error, retry.producer_id, retry.producer_epoch) == (ErrorCode.none, 1001, 0)
     assert await r.add_partitions("t", 1001, 0, [("a", 0)]) == ErrorCode.none
     await r.close()
+
+
+async def test_a_v2_producer_whose_transaction_timed_out_may_abort_and_go_on(store: EmbeddedStore) -> None:
+    """The coordinator aborts a transaction past its timeout at the next epoch; the producer's EndTxn at the old
+    one is taken for a retry of that abort (Kafka's rule for v2): abort answers NONE with the epoch to go on with,
+    commit INVALID_TXN_STATE. After an InitProducerId the old epoch is fenced instead."""
+    fakes = Fakes()
+    r = await registry(store, fakes)
+    pid = (await r.init_producer_id("t", 1000)).producer_id
+    assert await r.add_partitions("t", pid, 0, [("a", 0)]) == ErrorCode.none
+    assert await r.abort_timed_out(now_ms() + 2000) == ["t"]
+    entry = r.coordinator.entries["t"]
+    assert entry.finisher is not None and await asyncio.wait_for(entry.finisher, 5)
+    record = await stored(store, "t")
+    assert record is not None and (record.state, record.producer_epoch) == (TxnState.COMPLETE_ABORT, 1)
+    assert (await r.end_txn("t", pid, 0, commit=True, v2=True)).error == ErrorCode.invalid_txn_state
+    aborted = await r.end_txn("t", pid, 0, commit=False, v2=True)
+    assert (aborted.error, aborted.producer_id, aborted.producer_epoch) == (ErrorCode.none, pid, 1)
+    assert (await r.init_producer_id("t", TIMEOUT)).producer_epoch == 2
+    assert (await r.end_txn("t", pid, 1, commit=False, v2=True)).error == ErrorCode.producer_fenced
+    await r.close()

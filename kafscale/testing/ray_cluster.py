@@ -62,16 +62,17 @@ class RayTestCluster:
                                      labels=labels or None)
         return str(node.node_id)
 
-    def add_node_in(self, host: TestHost, timeout: float = 90) -> None:
+    def add_node_in(self, host: TestHost, timeout: float = 90, attempts: int = 3) -> None:
         """A node inside a test host's network namespace, at its own IP (`ray start`: Ray's test helper can
-        only start nodes in this namespace). It ends with stop(). Started once more if `ray start` gave up
-        waiting for its raylet (Ray's fixed 30 s, exceeded on a busy machine), as `kafscale serve` does."""
-        try:
-            self._start_node_in(host, timeout)
-        except RuntimeError as e:
-            if STARTUP_TIMED_OUT not in str(e):
-                raise
-            self._start_node_in(host, timeout)
+        only start nodes in this namespace). It ends with stop(). Started again if `ray start` gave up waiting
+        for its raylet (Ray's fixed 30 s, exceeded on a busy machine): a loaded run saw it give up twice."""
+        for attempt in range(attempts):
+            try:
+                self._start_node_in(host, timeout)
+                return
+            except RuntimeError as e:
+                if STARTUP_TIMED_OUT not in str(e) or attempt == attempts - 1:
+                    raise
 
     def _start_node_in(self, host: TestHost, timeout: float) -> None:
         env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1")  # `ray start` refuses to join otherwise

@@ -438,18 +438,8 @@ class ShardCore:
                 return [int(ErrorCode.coordinator_not_available)] * (len(partitions) + (group_id is not None))
             return await self.peers(shard).verify_txn(transactional_id, producer_id, producer_epoch, partitions,
                                                       group_id, add)
-        txns = self.transactions
-        if add:
-            out = [int(await txns.add_partitions(transactional_id, producer_id, producer_epoch, partitions))
-                   ] * len(partitions) if partitions else []
-            if group_id is not None:
-                out.append(int(await txns.add_offsets(transactional_id, producer_id, producer_epoch, group_id)))
-            return out
-        codes = await txns.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
-        out = [int(codes[tp]) for tp in partitions]
-        if group_id is not None:
-            out.append(int(await txns.verify_group(transactional_id, producer_id, producer_epoch, group_id)))
-        return out
+        return await self.transactions.verify_or_add(transactional_id, producer_id, producer_epoch, partitions,
+                                                     group_id, add)
 
     async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
         """At the group's coordinator (a hop to its shard when it is elsewhere)."""

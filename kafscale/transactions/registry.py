@@ -157,6 +157,23 @@ class TransactionRegistry:
         return await self._code(transactional_id, lambda: self.coordinator.add(
             transactional_id, producer_id, producer_epoch, groups=frozenset((group_id,))))
 
+    async def verify_or_add(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                            partitions: list[TopicPartition], group_id: str | None, add: bool) -> list[int]:
+        """What a partition's owner (or a group's coordinator) asks before it takes transactional data: one code per
+        partition, then one for the group if given. `add` (transactions v2) puts them in the open transaction;
+        otherwise they must be in it already (KIP-890's verification)."""
+        if add:
+            out = [int(await self.add_partitions(transactional_id, producer_id, producer_epoch, partitions))
+                   ] * len(partitions) if partitions else []
+            if group_id is not None:
+                out.append(int(await self.add_offsets(transactional_id, producer_id, producer_epoch, group_id)))
+            return out
+        codes = await self.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        out = [int(codes[tp]) for tp in partitions]
+        if group_id is not None:
+            out.append(int(await self.verify_group(transactional_id, producer_id, producer_epoch, group_id)))
+        return out
+
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                       v2: bool = False) -> EndResult:
         """EndTxn: answers once every marker and every group's offsets are durable. v2: EndTxn v5+ (transactions

@@ -170,19 +170,8 @@ class FakeBroker:
     async def verify_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                          partitions: list[tuple[str, int]], group_id: str | None = None,
                          add: bool = False) -> list[int]:
-        if add:
-            out = [int(await self.transactions.add_partitions(transactional_id, producer_id, producer_epoch,
-                                                              partitions))] * len(partitions)
-            if group_id is not None:
-                out.append(int(await self.transactions.add_offsets(transactional_id, producer_id, producer_epoch,
-                                                                   group_id)))
-            return out
-        codes = await self.transactions.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
-        out = [int(codes[tp]) for tp in partitions]
-        if group_id is not None:
-            out.append(int(await self.transactions.verify_group(transactional_id, producer_id, producer_epoch,
-                                                                group_id)))
-        return out
+        return await self.transactions.verify_or_add(transactional_id, producer_id, producer_epoch, partitions,
+                                                     group_id, add)
 
     async def complete_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
         return int(await self.groups.complete_txn_offsets(group_id, producer_id, producer_epoch, commit))

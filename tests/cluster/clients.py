@@ -62,6 +62,7 @@ def kafscale(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str
 def layout(ray_cluster: RayTestCluster) -> dict[str, Any]:
     proc = kafscale("cluster", "info", "--ray-address", ray_cluster.address, "-o", "json")
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("{"), f"not the layout: {proc.stdout!r}; stderr: {proc.stderr[-2000:]}"
     return dict(json.loads(proc.stdout))
 
 

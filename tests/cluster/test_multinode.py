@@ -6,6 +6,7 @@ One Ray cluster serves the whole module (tests/cluster/conftest.py); each test r
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafscale.cluster.placement import group_slot
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.ports import free_port
 from kafscale.testing.proxy import running_proxy
@@ -37,6 +39,9 @@ from tests.cluster.clients import (
     shards_by_node,
 )
 from tests.cluster.conftest import NODES
+from tests.integration.test_transactions_crashes import commit_sentinel, summary
+from tests.integration.txn_workload import ABORTED, COMMITTED, TxnWriter, check
+from tests.integration.txn_workload import Reader as TxnReader
 from tests.integration.virtual_workload import produce_keyed
 
 
@@ -244,3 +249,61 @@ def test_the_controller_killed_comes_back_and_the_data_path_never_waits_for_it(
     assert wait_until(lambda: layout(ray_cluster)["controller"]["pid"] != before["pid"], 60)
     assert_exactly_once(traffic, read_all(cluster_serve.bootstrap_all, "steady", 3, traffic.ends()))
 
+
+
+def test_transactions_through_a_node_death_lose_nothing_committed_and_show_nothing_aborted(
+        cluster_serve: ServeProcess, ray_cluster: RayTestCluster) -> None:
+    """The Jepsen-style checker (tests/integration/test_transactions_checker.py) on the cluster, through a node's
+    death: transactional writers, half of them coordinated by the shard on the node that dies, and read_committed
+    readers running through it. The killed shard's partitions and transaction coordinators are healed onto the
+    others, which load the transactions' state from the metadata store: prepared ones finish, open ones abort.
+    Every reader sees every committed transaction whole, nothing aborted, nothing twice, each writer in order."""
+    topic, partitions = "txn-healing", 6
+    bootstrap = cluster_serve.bootstrap_all
+    create_topic(bootstrap, topic, partitions)
+    info = layout(ray_cluster)
+    victim = next(n for n in info["nodes"] if n["node_id"] != info["controller"]["node_id"]
+                  and n["node_id"] != ray_cluster.head_id() and any(s["partitions"] for s in n["shards"]))
+    victim_slots = {slot for s in victim["shards"] for slot in s["group_slots"]}
+    assert victim_slots, "the victim's shard coordinates nothing"
+    # Transactional ids chosen by their coordinator: two on the victim's shard, two elsewhere.
+    ids = (f"cluster-txn-{i}" for i in itertools.count())
+    doomed = list(itertools.islice((i for i in ids if group_slot(i) in victim_slots), 2))
+    spared = list(itertools.islice((i for i in ids if group_slot(i) not in victim_slots), 2))
+    writers = [TxnWriter(bootstrap, topic, partitions, w, seed=3300 + w, txn_id=txn_id, op_timeout_s=30)
+               for w, txn_id in enumerate(doomed + spared)]
+    readers = [TxnReader(bootstrap, topic, partitions, f"cluster-live-{r}").start() for r in range(2)]
+    try:
+        for w in writers:
+            w.start()
+        assert wait_until(lambda: all(w.count(COMMITTED) >= 2 for w in writers), 120), summary(writers)
+        before = [w.count(COMMITTED) for w in writers]
+        ray_cluster.kill_node(victim["node_id"])
+        # Every writer commits again, the doomed ones through their coordinator's new shard.
+        assert wait_until(lambda: all(w.count(COMMITTED) >= b + 2 for w, b in zip(writers, before, strict=True)),
+                          180), summary(writers)
+        owners = {slot: s["id"] for n in layout(ray_cluster)["nodes"] for s in n["shards"] for slot in s["group_slots"]}
+        gone = {s["id"] for s in victim["shards"]}
+        assert not gone & {owners[group_slot(i)] for i in doomed}, "the doomed ids' coordinator did not move"
+        readers.append(TxnReader(bootstrap, topic, partitions, "cluster-late").start())
+        for w in writers:
+            w.stop()
+        for w in writers:
+            w.settle()
+        sentinels = commit_sentinel(bootstrap, topic, partitions, "cluster")
+        for reader in readers:
+            assert reader.wait_for(sentinels, 120), f"reader {reader.name} did not reach the sentinels"
+        time.sleep(1)  # anything that should not be there has had a chance to turn up
+        for reader in readers:
+            reader.stop()
+        results = {r.name: check(dict(r.rows), writers, f"reader {r.name}", extra=sentinels) for r in readers}
+        print(f"\ncluster txn: {summary(writers)}\n  readers: {results}")
+        assert sum(w.count(ABORTED) for w in writers) >= 2, "the run aborted too little to check anything"
+    finally:
+        for w in writers:
+            w._stop.set()
+        for reader in readers:
+            reader._stop.set()
+        joined = ray_cluster.add_node()  # the module's later tests get their three nodes back
+    assert wait_until(lambda: any(s["live"] for s in shards_by_node(layout(ray_cluster)).get(joined, [])), 60), \
+        "the new node got no live shard"

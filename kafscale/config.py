@@ -140,6 +140,8 @@ class BrokerConfig:
     index_interval_bytes: int = field(default=4096, metadata={"help": "sparse index spacing"})
     cache_bytes: int = field(default=256 * 1024 * 1024, metadata={"help": "segment cache per shard"})
     readahead_segments: int = field(default=1, metadata={"help": "segments prefetched after a miss"})
+    max_incremental_fetch_session_cache_slots: int = field(default=1000, metadata={
+        "help": "fetch sessions (KIP-227) a shard keeps; 0: none (every fetch names all its partitions)"})
     max_frame_bytes: int = field(default=100 * 1024 * 1024, metadata={"help": "largest request"})
     max_in_flight_requests: int = field(default=1000, metadata={
         "help": "requests read from one connection and not yet answered; beyond that reading pauses"})
@@ -282,6 +284,9 @@ class BrokerConfig:
             kind, sep, name = principal.partition(":")
             if not sep or not kind or not name:
                 raise ConfigError(f"super_users: {principal!r} is not TYPE:NAME (User:admin)")
+        if self.max_incremental_fetch_session_cache_slots < 0:
+            raise ConfigError("max_incremental_fetch_session_cache_slots: must be >= 0 (0: no fetch sessions), got "
+                              f"{self.max_incremental_fetch_session_cache_slots}")
         if self.connections_max_reauth_ms < 0:
             raise ConfigError(f"connections_max_reauth_ms: must be >= 0, got {self.connections_max_reauth_ms}")
         if len(specs) > 1 and self._explicit_ports():

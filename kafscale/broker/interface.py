@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from kafscale.broker.fetch_sessions import FetchSessionCache
 from kafscale.broker.log_dirs import LogDir, Wanted
 from kafscale.broker.results import (
     DeleteRecordsResult,
@@ -93,6 +94,7 @@ class Broker(Peer, Protocol):
     acls: Acls  # ACL bindings and the authorizer over them (its `authorizer` is None when none is configured)
     credentials: Credentials  # users' SCRAM credentials (SASL checks them; the SCRAM admin APIs manage them)
     transactions: TransactionRegistry  # the transaction coordinators this shard hosts
+    fetch_sessions: FetchSessionCache  # the incremental fetch sessions (KIP-227) of this shard's consumers
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
                       then: Callable[[list[ProduceResult]], T],

@@ -18,6 +18,7 @@ from kafscale.broker import housekeeping, janitor, log_dirs, retention, txn_mark
 from kafscale.broker.cleaning import Offload, run_in_thread
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.broker.fetch import long_poll
+from kafscale.broker.fetch_sessions import FetchSessionCache
 from kafscale.broker.handoff import HandOffs
 from kafscale.broker.interface import FetchItem, Peer, Peers, ProduceItem
 from kafscale.broker.owners import OwnerTable
@@ -108,6 +109,7 @@ class ShardCore:
                                                 allocate_producer_id=self.allocate_producer_id,
                                                 write_marker=self.write_txn_marker,
                                                 complete_offsets=self.complete_txn_offsets, topic=self.topics.get)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.topics.listeners += [self._topic_changed, self.groups.topic_changed]
         self.producer = ProducePath(self._ready_owner, self.route)
         self._background: list[asyncio.Task[None]] = []
@@ -183,7 +185,9 @@ class ShardCore:
             group_coordinators=len(self.groups.groups),
             partitions=tuple(PartitionStats(t, p, o.high_watermark, o.log_start_offset, o.bytes_in, o.bytes_out,
                                             self._unit_of(t, p))
-                             for (t, p), o in list(self.owners.items())))
+                             for (t, p), o in list(self.owners.items())),
+            fetch_sessions=len(self.fetch_sessions), fetch_session_partitions=self.fetch_sessions.partitions_cached(),
+            fetch_session_evictions=self.fetch_sessions.evictions)
 
     def _physical_of(self, topic: str, partition: int) -> PhysicalPartition | None:
         """A virtual partition's physical partition (its segments share that one's packs); None when plain."""

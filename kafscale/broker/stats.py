@@ -102,3 +102,6 @@ class ShardStats:
     s3_state: int  # kafscale.storage.health.HealthState: 0 healthy, 1 degraded, 2 unavailable
     group_coordinators: int
     partitions: tuple[PartitionStats, ...]  # the partition owners open here
+    fetch_sessions: int = 0  # incremental fetch sessions (KIP-227) cached
+    fetch_session_partitions: int = 0  # partitions those sessions hold
+    fetch_session_evictions: int = 0  # sessions evicted to make room, since start

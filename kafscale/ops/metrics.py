@@ -198,6 +198,12 @@ class _ShardCollector:
         yield GaugeMetricFamily("kafscale_group_coordinators", "Group coordinators hosted by this shard",
                                 value=s.group_coordinators)
         yield GaugeMetricFamily("kafscale_connections", "Open client connections", value=self.connections())
+        yield GaugeMetricFamily("kafscale_fetch_sessions", "Incremental fetch sessions (KIP-227) cached",
+                                value=s.fetch_sessions)
+        yield GaugeMetricFamily("kafscale_fetch_session_partitions", "Partitions the cached fetch sessions hold",
+                                value=s.fetch_session_partitions)
+        yield CounterMetricFamily("kafscale_fetch_session_evictions", "Fetch sessions evicted to make room for new "
+                                  "ones", value=s.fetch_session_evictions)
         hwm = GaugeMetricFamily("kafscale_partition_high_watermark", "End of committed data",
                                 labels=["topic", "partition"])
         start = GaugeMetricFamily("kafscale_partition_log_start_offset", "First offset still kept",

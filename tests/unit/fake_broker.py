@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafscale.acceptor.router import RequestContext
+from kafscale.broker.fetch_sessions import FetchSessionCache
 from kafscale.broker.interface import FetchItem, ProduceItem
 from kafscale.broker.results import (
     DeleteRecordsResult,
@@ -67,6 +68,7 @@ class FakeBroker:
                                     offsets_retention_ms=self.config.offsets_retention_minutes * 60_000,
                                     retention_check_interval_s=3600, topic=self.topics.get)
         self.logs: dict[tuple[str, int], Log] = {}
+        self.fetch_sessions = FetchSessionCache(self.config.max_incremental_fetch_session_cache_slots)
         self._next_producer_id = 1000
         # Transactions (docs/transactions.md): markers go into the fake logs, offsets to the real group registry
         self.transactions = TransactionRegistry(shard_id, meta, txn_settings(self.config),

@@ -5,6 +5,7 @@ closes it) is kafscale.acceptor.connection."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import Callable
 
@@ -17,9 +18,22 @@ from kafscale.security.sasl import SaslSession, SaslSettings
 from kafscale.security.throttle import FailureThrottle
 from kafscale.security.tls import ServerTls
 
-__all__ = ["Listener"]
+__all__ = ["Listener", "PortInUse"]
 
 log = logging.getLogger(__name__)
+
+
+class PortInUse(OSError):
+    """A listener's port is taken (by another process, or by a client socket that got it as its own port)."""
+
+    def __init__(self, listener: str, host: str, port: int) -> None:
+        super().__init__(errno.EADDRINUSE, f"the {listener} listener's port {host}:{port} is in use")
+        self.listener, self.host, self.port = listener, host, port
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int]]:  # it crosses Ray as a shard's start error
+        return PortInUse, (self.listener, self.host, self.port)
+
+
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a TLS connection and stalls is dropped after this
 
 
@@ -93,10 +107,15 @@ class Listener:
     async def start(self) -> None:
         self._stopping = False
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self), self.host, self.port, backlog=1024,
-            ssl=self.tls.context if self.tls is not None else None,
-            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self.tls is not None else None)
+        try:
+            self._server = await loop.create_server(
+                lambda: Connection(self), self.host, self.port, backlog=1024,
+                ssl=self.tls.context if self.tls is not None else None,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self.tls is not None else None)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise PortInUse(self.name, self.host, self.port) from None
+            raise
         self.port = self._server.sockets[0].getsockname()[1]
         if self.idle_timeout_s > 0:
             self._sweeper = loop.create_task(self._close_idle())

@@ -31,6 +31,7 @@ import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -42,10 +43,10 @@ from kafscale.actors.stores import open_metadata_store
 from kafscale.broker.log_dirs import LogDir
 from kafscale.cluster import keys
 from kafscale.cluster import placement_store as store
-from kafscale.cluster.assign import Move, Node, heal, plan_shards
+from kafscale.cluster.assign import Move, Node, free_slot, heal, plan_shards
 from kafscale.cluster.layout import layout
 from kafscale.cluster.topics import TopicInfo
-from kafscale.config import BrokerConfig
+from kafscale.config import BrokerConfig, ConfigError
 from kafscale.console.server import ConsoleServer, start_console
 from kafscale.console.view import TopicStorage
 from kafscale.logs import setup_logging
@@ -91,6 +92,7 @@ class Controller:
         self._check_placement = True  # placement may name shards that are gone (at start, after a forget)
         self.stopping = False
         self.warned: set[str] = set()
+        self.blocked_slots: dict[str, set[int]] = {}  # per address: port slots a shard found taken (never again)
         self._wake = asyncio.Event()
         self._moves = asyncio.Semaphore(self.config.moves_in_flight)
         self.scaler = Scaler(self.config, self.node_id) if self.config.autoscale else None
@@ -235,7 +237,7 @@ class Controller:
         """Step 1: the shards every alive node should run, kept in the store."""
         wanted = await store.wanted_shards(meta)
         nodes, labels = self._nodes(wanted)
-        plan = plan_shards(nodes, {s.id: (s.node_id, s.node_ip, s.slot) for s in wanted.values()})
+        plan = plan_shards(nodes, {s.id: (s.node_id, s.node_ip, s.slot) for s in wanted.values()}, self.blocked_slots)
         ips = {n.id: n.ip for n in nodes}
 
         def where(node_id: str, slot: int) -> tuple[str, int]:
@@ -256,6 +258,10 @@ class Controller:
             await store.want(meta, shard)
             wanted[shard.id] = shard
             log.info("controller: shard %d on node %s (%s), port slot %d", shard.id, ip, node_id[:8], slot)
+        for shard_id, why in list(self.actors.port_in_use.items()):
+            del self.actors.port_in_use[shard_id]
+            if shard_id in wanted and wanted[shard_id].node_id in ips:
+                await self._move_port(meta, wanted, wanted[shard_id], why, where)
         if plan.forget and (drained := await store.draining(meta)) & set(plan.forget):
             await store.set_draining(meta, drained - set(plan.forget))  # gone: drained for good
         if plan.forget:
@@ -267,6 +273,24 @@ class Controller:
             self.seen_live.discard(shard_id)
             self.actors.retire(shard_id)
         return wanted
+
+    async def _move_port(self, meta: MetadataStore, wanted: dict[int, store.WantedShard], shard: store.WantedShard,
+                         why: str, where: Callable[[str, int], tuple[str, int]]) -> None:
+        """A shard whose port is taken goes to the next free port slot of its address, with a new actor (the old
+        one was made for the old port). The taken slot is not used again."""
+        blocked = self.blocked_slots.setdefault(shard.node_ip, set())
+        blocked.add(shard.slot)
+        slot = free_slot({s.slot for s in wanted.values() if s.node_ip == shard.node_ip} | blocked)
+        try:
+            host, port = where(shard.node_id, slot)
+        except ConfigError as e:
+            log.error("controller: shard %d cannot start: %s, and no other port is left to it (%s)", shard.id, why, e)
+            return
+        log.warning("controller: shard %d cannot start: %s; it moves to port slot %d (port %d)", shard.id, why,
+                    slot, port)
+        wanted[shard.id] = dataclasses.replace(shard, slot=slot, host=host, port=port)
+        await store.want(meta, wanted[shard.id])
+        self.actors.end(shard.id)
 
     async def _forget(self, shard_id: int) -> None:
         """A shard scaled away, its work already moved: stopped cleanly (its lease goes with it), then ended."""

@@ -15,6 +15,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from kafscale.acceptor.listener import PortInUse
 from kafscale.actors.shard_actor import ShardActor, shard_actor_name
 from kafscale.cluster import placement_store as store
 from kafscale.config import BrokerConfig
@@ -35,6 +36,7 @@ class ShardActors:
         self.handles: dict[int, tuple[str, Any]] = {}  # shard id -> (node id, actor)
         self.starting: dict[int, asyncio.Future[Any]] = {}
         self.retired: set[int] = set()
+        self.port_in_use: dict[int, str] = {}  # shards whose start found their port taken -> why (the controller's)
 
     def actor(self, shard: store.WantedShard) -> Any:
         """The shard's actor on its node: the running one (after a controller restart too), else a new one."""
@@ -61,8 +63,14 @@ class ShardActors:
 
         def done(f: asyncio.Future[Any]) -> None:
             self.starting.pop(shard.id, None)
-            if not f.cancelled() and f.exception() is not None:
-                log.warning("controller: shard %d not started yet: %s", shard.id, f.exception())
+            error = None if f.cancelled() else f.exception()
+            if error is None:
+                return
+            cause = getattr(error, "cause", error)  # Ray's RayTaskError carries the actor's exception
+            if isinstance(cause, PortInUse):
+                self.port_in_use[shard.id] = str(cause.strerror)
+                return
+            log.warning("controller: shard %d not started yet: %s", shard.id, error)
 
         future.add_done_callback(done)
 

@@ -188,14 +188,15 @@ class ShardPlan:
     forget: list[int]  # shards of nodes that are gone, with nobody to take them over
 
 
-def plan_shards(nodes: list[Node], wanted: Mapping[int, tuple[str, str, int]]) -> ShardPlan:
+def plan_shards(nodes: list[Node], wanted: Mapping[int, tuple[str, str, int]],
+                blocked: Mapping[str, set[int]] | None = None) -> ShardPlan:
     """Which shards every alive node runs. wanted: shard id -> (node id, node ip, slot) as stored.
 
     A node keeps its shards (surplus ones go, highest ids first). A node that needs more first adopts
     shards of dead nodes at its own address (a restarted cluster on the same hosts keeps its broker ids,
     so placement stays valid and nothing moves), then gets new ones at the lowest port slots free on its
     address: on a real cluster every node serves the same ports, and nodes sharing one address (a test
-    cluster on 127.0.0.1) never collide.
+    cluster on 127.0.0.1) never collide. `blocked`: per address, the slots whose port was found taken.
     """
     alive = {n.id: n for n in nodes}
     keep: dict[int, str] = {}
@@ -214,6 +215,7 @@ def plan_shards(nodes: list[Node], wanted: Mapping[int, tuple[str, str, int]]) -
             orphans.remove(s)
             missing -= 1
         taken = {wanted[s][2] for s in keep if wanted[s][1] == node.ip} | {slot for _, ip, slot in new if ip == node.ip}
+        taken |= (blocked or {}).get(node.ip, set())
         slot = 0
         for _ in range(max(missing, 0)):
             while slot in taken:
@@ -221,3 +223,11 @@ def plan_shards(nodes: list[Node], wanted: Mapping[int, tuple[str, str, int]]) -
             new.append((node.id, node.ip, slot))
             taken.add(slot)
     return ShardPlan(keep, new, sorted(forget + orphans))
+
+
+def free_slot(used: set[int]) -> int:
+    """The lowest port slot not in `used` (the slots of an address's shards, and those found taken)."""
+    slot = 0
+    while slot in used:
+        slot += 1
+    return slot

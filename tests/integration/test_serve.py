@@ -6,6 +6,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from kafscale.actors.heap import SERVING_GC_THRESHOLDS
 from kafscale.actors.local_head import LocalRayHead
 from kafscale.protocol.errors import ErrorCode
 from kafscale.testing.etcd_server import EtcdServer
+from kafscale.testing.ports import free_port
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
 from kafscale.testing.serve_process import START_TIMEOUT_S, ServeProcess
 from tests.integration.conftest import KafkaWire, wait_until
@@ -350,3 +352,37 @@ def test_serve_joins_a_running_ray_cluster_and_leaves_it_running(tmp_path: Path)
             os.killpg(head.pgid, 0)  # the cluster outlives the broker: raises if its processes are gone
     finally:
         head.stop()
+
+
+def test_a_shard_whose_port_is_taken_moves_to_another_port_slot(tmp_path: Path) -> None:
+    """Shard 1's port is held by another socket before the broker starts: the controller moves shard 1 to the next
+    free port of --shard-ports (and says why), it serves there, and clients reach both shards."""
+    ports = [free_port() for _ in range(3)]
+    serve = ServeProcess(tmp_path / "data", shards=2, ports=ports)
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", ports[1]))
+    squatter.listen()
+    try:
+        with serve:
+            try:
+                moved = (rf"shard 1 cannot start: the PLAINTEXT listener's port 127.0.0.1:{ports[1]} is in use; "
+                         rf"it moves to port slot 2 \(port {ports[2]}\)")
+                assert re.search(moved, serve.log_text()), serve.log_text()[-3000:]
+            finally:
+                squatter.close()  # the broker's stop waits for all of its ports to be free
+            admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+            brokers = {b.id: b.port for b in admin.list_topics(timeout=30).brokers.values()}
+            assert brokers == {0: ports[0], 1: ports[2]}
+            _create_topic(serve.bootstrap, "moved-port", TOPIC_PARTITIONS)
+            producer = Producer({"bootstrap.servers": serve.bootstrap, "acks": "all"})
+            for i in range(40):
+                producer.produce("moved-port", value=f"r{i}".encode(), partition=i % TOPIC_PARTITIONS)
+            assert producer.flush(30) == 0
+            leaders = {p.leader for p in admin.list_topics("moved-port", timeout=30).topics["moved-port"]
+                       .partitions.values()}
+            assert leaders == {0, 1}, "both shards lead partitions"
+            got = _consume_all(serve.bootstrap, "moved-port", TOPIC_PARTITIONS, 40)
+            assert sorted(v for records in got.values() for _, v in records) == sorted(f"r{i}".encode()
+                                                                                      for i in range(40))
+    finally:
+        squatter.close()

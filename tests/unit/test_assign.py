@@ -9,7 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafscale.cluster.assign import Move, Node, balance, balance_by_load, drain, heal, pick_to_drain, plan_shards
+from kafscale.cluster.assign import (
+    Move,
+    Node,
+    balance,
+    balance_by_load,
+    drain,
+    free_slot,
+    heal,
+    pick_to_drain,
+    plan_shards,
+)
 from kafscale.cluster.placement import GROUP_SLOTS, Placement, ShardAddress, group_slot, spread
 from kafscale.cluster.topics import TopicInfo
 
@@ -183,6 +193,13 @@ def test_every_node_gets_its_shards_at_distinct_port_slots_of_a_shared_address()
     on_hosts = plan_shards([Node("a", "10.0.0.1", 2), Node("b", "10.0.0.2", 2)], {})
     assert sorted((ip, slot) for _, ip, slot in on_hosts.new) == [("10.0.0.1", 0), ("10.0.0.1", 1),
                                                                   ("10.0.0.2", 0), ("10.0.0.2", 1)]
+
+
+
+def test_new_shards_avoid_the_port_slots_found_taken_on_their_address() -> None:
+    plan = plan_shards([Node("a", "10.0.0.1", 2), Node("b", "10.0.0.2", 1)], {}, {"10.0.0.1": {0, 2}})
+    assert sorted((ip, slot) for _, ip, slot in plan.new) == [("10.0.0.1", 1), ("10.0.0.1", 3), ("10.0.0.2", 0)]
+    assert free_slot({0, 1, 3}) == 2 and free_slot(set()) == 0
 
 
 def test_a_restarted_cluster_on_the_same_hosts_keeps_its_shard_ids() -> None:

@@ -30,6 +30,7 @@ from benchmarks.common import (
     run_worker,
 )
 from benchmarks.compaction import compaction, compaction_soak
+from benchmarks.fetch_sessions import fetch_sessions
 from benchmarks.metadata_scale import metadata_scale
 from benchmarks.read_back import read_back
 from benchmarks.security import security
@@ -540,6 +541,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "kcat_spec": kcat,
     "catchup": catchup,
     "read_back": read_back,
+    "fetch_sessions": fetch_sessions,
     "transactions": transactions,
     "compaction": compaction,
     "compaction_soak": compaction_soak,

@@ -39,8 +39,9 @@ async def long_poll(owners: dict[int, PartitionOwner], parts: list[FetchItem], m
             budget = max_bytes
             total = 0
             for i, o in owners.items():
-                r = results[i] = await read_one(o, parts[i][2], min(parts[i][3], max(budget, 1)), metrics,
-                                                isolation_level)
+                # Most partitions of a consumer's fetch have nothing new: answered without a coroutine.
+                r = results[i] = read_now(o, parts[i][2], isolation_level) or await read_one(
+                    o, parts[i][2], min(parts[i][3], max(budget, 1)), metrics, isolation_level)
                 total += len(r.records)
                 budget -= len(r.records)
             now = loop.time()
@@ -53,16 +54,28 @@ async def long_poll(owners: dict[int, PartitionOwner], parts: list[FetchItem], m
             o.remove_data_waiter(event)
 
 
-async def read_one(owner: PartitionOwner, offset: int, max_bytes: int, metrics: BrokerMetrics,
-                   isolation_level: int = 0) -> FetchResult:
-    hwm, start, lso = owner.high_watermark, owner.log_start_offset, owner.last_stable_offset
+def read_now(owner: PartitionOwner, offset: int, isolation_level: int) -> FetchResult | None:
+    """The answer when there is nothing to read (an error, or nothing new at `offset`); None when there is."""
+    hwm, start = owner.high_watermark, owner.log_start_offset
     if owner.fenced or owner.closed:
         return FetchResult(int(ErrorCode.not_leader_or_follower), hwm, start)
     if offset < start or offset > hwm:
         return FetchResult(int(ErrorCode.offset_out_of_range), hwm, start)
     committed = isolation_level == READ_COMMITTED
-    if offset == hwm or (committed and offset >= lso):
-        return FetchResult(0, hwm, start, b"", lso, [] if committed else None)
+    if offset == hwm:
+        return FetchResult(0, hwm, start, b"", owner.last_stable_offset, [] if committed else None)
+    if committed and offset >= (lso := owner.last_stable_offset):
+        return FetchResult(0, hwm, start, b"", lso, [])
+    return None
+
+
+async def read_one(owner: PartitionOwner, offset: int, max_bytes: int, metrics: BrokerMetrics,
+                   isolation_level: int = 0) -> FetchResult:
+    quick = read_now(owner, offset, isolation_level)
+    if quick is not None:
+        return quick
+    hwm, start, lso = owner.high_watermark, owner.log_start_offset, owner.last_stable_offset
+    committed = isolation_level == READ_COMMITTED
     if owner.objects.state() != HealthState.HEALTHY and not owner.reader.cached(offset):
         # The seed's health gating: no new reads pile onto a sick object store; the consumer
         # retries. Committed data already in memory is still served: it needs no S3 call.

@@ -345,6 +345,10 @@ class ShardCore:
         local: dict[int, PartitionOwner] = {}
         remote: dict[int, tuple[Peer, list[int]]] = {}
         for i, (topic, partition, _, _) in enumerate(parts):
+            ready = self._ready_owner(topic, partition)  # the usual case: led here and open, no wait
+            if ready is not None:
+                local[i] = ready
+                continue
             where = await self.route(topic, partition)
             if isinstance(where, Local):
                 local[i] = where.owner

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.xdist_groups import REFERENCE_GROUP
+
 # gRPC (etcd's client, Ray) installs fork handlers in this process. PySpark starts its JVM with a
 # preexec_fn, i.e. a real fork() that runs them; with gRPC threads busy the child aborted before exec
 # ("skipping fork() handlers", SIGABRT) and every Spark test errored. No child of this process uses gRPC.
@@ -28,7 +30,7 @@ UNIT_DIR = TESTS / "unit"
 # or that run whole Ray clusters, go to one worker as a group: each of those servers starts once per run, and no
 # two Ray clusters or `kafscale serve` processes compete for the two cores.
 PROCESS_DIRS = (TESTS / "cluster",)
-FIXTURE_GROUPS = {"kafka_reference": "reference", "kafka_reference_39": "reference", "spark": "spark",
+FIXTURE_GROUPS = {"kafka_reference": REFERENCE_GROUP, "kafka_reference_39": REFERENCE_GROUP, "spark": "spark",
                   "ray_runtime": "ray"}
 
 
@@ -43,8 +45,10 @@ def _runs_processes(item: pytest.Item) -> bool:
 
 
 def xdist_group(item: pytest.Item) -> str | None:
+    if item.get_closest_marker("xdist_group"):
+        return None  # the test names its group itself (tests.xdist_groups.on_reference)
     if item.path.is_relative_to(TESTS / "jvm"):
-        return "jvm"  # one broker with its listeners, and one compiled driver (tests/jvm/build)
+        return REFERENCE_GROUP  # one broker with its listeners, one compiled driver, and the reference Kafkas
     if _runs_processes(item):
         return "processes"
     return next((FIXTURE_GROUPS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_GROUPS), None)

@@ -40,6 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.testing.kafka_reference import ReferenceKafka
 from tests.integration.conftest import Cluster, unique_topic
+from tests.xdist_groups import on_reference
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -199,6 +200,7 @@ def test_go_client_on_kafscale(case: Case, broker_embedded: Cluster) -> None:
     run_go_case(case, broker_embedded.bootstrap, "kafscale")
 
 
+@on_reference
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_go_client_on_apache_kafka(case: Case, request: pytest.FixtureRequest) -> None:
     """The same program against Apache Kafka: what the kafscale test asserts is what Kafka does."""

@@ -33,6 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from tests.integration.conftest import Cluster
+from tests.xdist_groups import on_reference
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,7 +44,7 @@ WORDS = [f"w{i:02d}" for i in range(30)]
 DEADLINE_S = 120.0  # the output reaching the input's counts, the app's start and a rebalance included
 
 
-@pytest.fixture(params=[pytest.param("reference", marks=pytest.mark.xdist_group("reference")), "kafscale"])
+@pytest.fixture(params=[pytest.param("reference", marks=on_reference), "kafscale"])
 def bootstrap(request: pytest.FixtureRequest) -> str:
     if request.param == "reference":
         return str(request.getfixturevalue("kafka_reference").bootstrap)

@@ -32,6 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.conftest import unique_topic
+from tests.xdist_groups import on_reference
 
 PARTITIONS = 3
 DEADLINE_S = 30.0
@@ -41,8 +42,8 @@ TXN_TIMEOUT_MS = 3000
 Row = tuple[int, bytes, bytes]  # partition, key, value
 
 
-@pytest.fixture(params=["reference", "embedded", pytest.param("cloud", marks=[pytest.mark.etcd,
-                                                                              pytest.mark.seaweedfs])])
+@pytest.fixture(params=[pytest.param("reference", marks=on_reference), "embedded",
+                        pytest.param("cloud", marks=[pytest.mark.etcd, pytest.mark.seaweedfs])])
 def bootstrap(request: pytest.FixtureRequest) -> str:
     """The broker under test: Apache Kafka 4.4.0 (validating the test), or Kafscale on either set of stores."""
     if request.param == "reference":

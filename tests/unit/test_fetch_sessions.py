@@ -123,7 +123,8 @@ def test_the_cache_is_bounded_and_evicts_as_kafka_does() -> None:
     now[0] = 121.0  # both are two minutes old now, but used at time 0: the least recently used is stale
     cache.plan(big, 1, {}, [], False)  # big is used again
     third = open_session(1)
-    assert third and len(cache) == 2 and cache.plan(small, 1, {}, [], False).error == ErrorCode.fetch_session_id_not_found
+    assert third and len(cache) == 2
+    assert cache.plan(small, 1, {}, [], False).error == ErrorCode.fetch_session_id_not_found
     now[0] = 200.0  # no session is stale; big (3 partitions, old enough) only gives way to a bigger one
     assert open_session(2) == 0
     assert open_session(4) and cache.plan(big, 2, {}, [], False).error == ErrorCode.fetch_session_id_not_found

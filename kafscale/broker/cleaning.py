@@ -127,7 +127,7 @@ async def clean_if_due(owner: PartitionOwner, settings: CleanerSettings, offload
                        metrics: BrokerMetrics = NO_METRICS) -> Outcome | None:
     """Clean the partition if its topic is compacted and the pass is due (or `force`): the pass's outcome."""
     config = compaction_config(owner)
-    if not config.compact or owner.packer is not None:  # a virtual partition's lane: not yet (docs/compaction.md)
+    if not config.compact:
         return None
     now = int(time.time() * 1000) if now_ms is None else now_ms
     p = await assess(owner, config, now)

@@ -314,7 +314,7 @@ async def _with_cleanings(objects: AsyncObjectStore, namespace: str, topic: str,
     while i < len(segments):
         record, base = segments[i], int(segments[i]["base"])
         best = latest.get(base)
-        if best is None or segments[i].get("pack") or best <= _variant_of(record)[:2]:
+        if best is None or best <= _variant_of(record)[:2]:  # a packed record's variant is (0, 0, its pack)
             out.append(record)
             i += 1
             continue

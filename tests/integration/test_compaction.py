@@ -15,9 +15,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from kafscale.broker import janitor
 from kafscale.cluster import keys
 from kafscale.cluster.records import SegmentMeta
-from tests.integration.conftest import Cluster, unique_topic, wait_until
+from tests.integration.conftest import NAMESPACE, Cluster, unique_topic, wait_until
 from tests.integration.test_metrics import _scrape as scrape
 from tests.integration.test_metrics import _value
 
@@ -28,11 +29,11 @@ SETTLE_S = 180
 KEYS, VERSIONS, DELETED = 200, 5, 20
 
 
-def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+def read_from_start(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.assign([TopicPartition(topic, partition, 0)])
         out: list[tuple[int, bytes | None, bytes | None]] = []
         while True:
             msg = consumer.poll(10)
@@ -45,9 +46,9 @@ def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes | None,
         consumer.close()
 
 
-def committed_segments(broker: Cluster, topic: str) -> list[SegmentMeta]:
+def committed_segments(broker: Cluster, topic: str, partition: int = 0) -> list[SegmentMeta]:
     meta = broker.broker.shard.core.meta  # type: ignore[union-attr]
-    found = broker.broker.run(meta.range(keys.segments(topic, 0)))
+    found = broker.broker.run(meta.range(keys.segments(topic, partition)))
     return [SegmentMeta.from_value(kv.value) for kv in found]
 
 
@@ -87,6 +88,46 @@ def test_a_consumer_reads_the_latest_value_of_every_key_after_the_cleaning(broke
     assert _value(samples, "kafscale_cleaner_reclaimed_bytes_total", topic=topic) > 0
     assert _value(samples, "kafscale_cleaner_dirty_ratio", topic=topic, partition="0") == 0
     assert _value(samples, "kafscale_cleaner_pass_duration_seconds_count") >= 1
+
+
+def test_each_virtual_partition_of_a_compacted_topic_is_cleaned_as_a_log_of_its_own(broker: Cluster) -> None:
+    """6 virtual partitions over 2 (their segments flushed into packs shared by the lanes of a physical
+    partition): each lane is cleaned on its own to the latest value of each of its keys, at their offsets; the
+    cleaned segments are objects of the lane's own, and the lanes' records stay apart."""
+    topic, lanes, keys_per_lane = unique_topic("compacted-lanes"), 6, 50
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+                                                    "kafscale.virtual.partitions": str(lanes)})])[topic].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for version in range(VERSIONS):
+        for lane in range(lanes):
+            for k in range(keys_per_lane):
+                producer.produce(topic, key=b"k%03d" % k, value=b"l%d-v%d-%d" % (lane, version, k), partition=lane)
+        assert producer.flush(30) == 0
+    assert any(s.pack for s in committed_segments(broker, topic, 0)), "the lanes' segments are not in packs"
+    end = keys_per_lane * VERSIONS
+    last = VERSIONS - 1
+    for lane in range(lanes):
+        got = wait_until(lambda lane=lane: (r := read_from_start(broker.bootstrap, topic, lane)) and (
+            r if len(r) == keys_per_lane else None), timeout=SETTLE_S, what=f"the cleaning of lane {lane}")
+        assert [(offset, key, value) for offset, key, value in got] == [
+            (end - keys_per_lane + k, b"k%03d" % k, b"l%d-v%d-%d" % (lane, last, k)) for k in range(keys_per_lane)]
+        segments = committed_segments(broker, topic, lane)
+        assert segments and all(s.cleaned and not s.pack for s in segments), segments
+        assert (segments[0].base, segments[-1].last) == (0, end - 1)
+    # No commit names the packs any more: the janitor deletes them, and every lane reads the same without them.
+    core = broker.broker.shard.core  # type: ignore[union-attr]
+    for physical in (0, 1):
+        lanes_of = [lane for lane in range(lanes) if lane % 2 == physical]
+        swept = broker.broker.run(janitor.sweep_packs(core.meta, core.objects, NAMESPACE, topic, physical, lanes_of,
+                                                      grace_s=0))
+        assert swept.deleted >= 1 and swept.in_grace == 0, swept
+    for lane in range(lanes):
+        assert [v for _, _, v in read_from_start(broker.bootstrap, topic, lane)] == [
+            b"l%d-v%d-%d" % (lane, last, k) for k in range(keys_per_lane)]
+    producer.produce(topic, key=b"after", value=b"the cleaning", partition=3)  # the lane goes on after it
+    assert producer.flush(30) == 0
+    assert read_from_start(broker.bootstrap, topic, 3)[-1] == (end, b"after", b"the cleaning")
 
 
 def test_a_random_workload_compacts_to_the_latest_value_of_each_key_and_tombstones_expire(broker: Cluster) -> None:

@@ -212,11 +212,12 @@ def stored_kinds(stores: Stores) -> set[str]:
         objects.close()
 
 
-def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> dict[int, bytes | None]:
-    """Partition 0 of `topic` from its log start to its end (offset -> value), as a consumer reads it."""
+def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
+               partition: int = 0) -> dict[int, bytes | None]:
+    """A partition of `topic` from its log start to its end (offset -> value), as a consumer reads it."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
                          "isolation.level": isolation, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING: the log start, wherever it is
+    consumer.assign([TopicPartition(topic, partition, -2)])  # OFFSET_BEGINNING: the log start, wherever it is
     got: dict[int, bytes | None] = {}
     deadline = time.monotonic() + 30
     try:
@@ -294,6 +295,54 @@ def test_a_restore_or_rebuild_after_cleanings_and_transactions(stores: Stores, c
         txn.commit_transaction(30)
         after = read_topic(b.bootstrap, "tx")
         assert after[max(after)] == b"after" and max(after) > max(tx)
+
+
+@pytest.mark.parametrize("how", ["restore", "rebuild"])
+def test_a_restore_or_rebuild_of_cleaned_virtual_partitions(stores: Stores, capsys: pytest.CaptureFixture[str],
+                                                            how: str) -> None:
+    """A compacted topic of 4 virtual partitions over 2: each lane's cleaned segments (objects of the lane's own)
+    stand for the pack ranges they replaced, whose packs the janitor deleted, also when the snapshot restored
+    was taken before the cleaning."""
+    config = BrokerConfig(metrics_listen="", flush_interval_ms=20, log_cleaner_backoff_ms=300,
+                          janitor_interval_s=1, orphan_grace_s=0)
+    broker = InProcessBroker(config, meta=lambda: EtcdStore(stores.etcd.endpoint, prefix=stores.prefix),
+                             objects=lambda: stores.seaweed.store(stores.bucket, create_bucket=False))
+    lanes = 4
+    with broker as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("kvv", 2, config={
+            "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "3600000",
+            "kafscale.virtual.partitions": str(lanes)})])["kvv"].result(30)
+        producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5})
+        for version in range(4):
+            for lane in range(lanes):
+                for k in range(10):
+                    producer.produce("kvv", key=b"k%d" % k, value=b"l%d-v%d-%d" % (lane, k, version), partition=lane)
+            assert producer.flush(30) == 0
+        packs = {k for k in stored_keys(stores, "kvv/") if k.endswith(".kfp")}
+        assert packs, "the lanes' segments are not in packs"
+        if how == "restore":
+            stores.cli("snapshot", capsys)  # before any cleaning
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "kvv", incremental_configs=[
+            ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+
+        def cleaned_alone() -> bool:  # every lane compacted into objects of its own, and the old packs gone
+            keys = stored_keys(stores, "kvv/")
+            return not packs & set(keys) and all(any(k.startswith(f"default/kvv/{lane}/") and "-c" in k
+                                                     for k in keys) for lane in range(lanes))
+        deadline = time.monotonic() + 90
+        while not cleaned_alone():
+            assert time.monotonic() < deadline, f"no cleaning, or its packs stayed: {stored_keys(stores, 'kvv/')}"
+            time.sleep(0.3)
+        before = {lane: read_topic(b.bootstrap, "kvv", partition=lane) for lane in range(lanes)}
+    for lane in range(lanes):
+        assert sorted(before[lane].values()) == sorted(b"l%d-v%d-3" % (lane, k) for k in range(10))
+    stores.wipe()
+    stores.cli(how, capsys)
+
+    with stores.broker() as b:
+        assert {lane: read_topic(b.bootstrap, "kvv", partition=lane) for lane in range(lanes)} == before
 
 
 def stored_keys(stores: Stores, prefix: str) -> list[str]:

@@ -37,6 +37,7 @@ from benchmarks.security import security
 from benchmarks.soak import soak
 from benchmarks.transactions import transactions
 from benchmarks.virtual_partitions import virtual
+from benchmarks.vs_kafka import vs_kafka
 
 GiB = 1024 * MiB
 
@@ -554,9 +555,11 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "security": security,
     "soak": soak,
     "virtual": virtual,
+    "vs_kafka": vs_kafka,
 }
 
-ALIASES = {"e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup", "catch_up": "catchup"}
+ALIASES = {"vs-kafka": "vs_kafka", "e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup",
+           "catch_up": "catchup"}
 
 
 def resolve(name: str) -> str:

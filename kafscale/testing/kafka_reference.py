@@ -43,6 +43,13 @@ JVM_FLAGS = (
     "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
 )  # fmt: skip
 
+# Kafka's own start script's settings (kafka-server-start.sh: a 1 GiB heap, G1, the full JIT), for a broker that is
+# measured rather than tested (benchmarks/vs_kafka.py).
+PRODUCTION_JVM_FLAGS = (
+    "-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+)  # fmt: skip
+
 # What a single-node test broker needs beside its listeners. Every topic Kafka creates itself has one replica;
 # its own topics get one partition (instead of 50) so the first group or transaction does not wait for 50
 # partitions to be created. auto.create.topics.enable stays at Kafka's default, true, as in a stock broker.
@@ -109,12 +116,13 @@ class ReferenceKafka:
 
     def __init__(self, version: str = LATEST, *, parent_dir: str | os.PathLike[str] | None = None,
                  overrides: Mapping[str, str] | None = None, lib_root: str | os.PathLike[str] = LIB_ROOT,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", jvm_flags: tuple[str, ...] = JVM_FLAGS) -> None:
         self.version = version
         self.lib = lib_dir(version, Path(lib_root))  # fails here, before any process, when the jars are missing
         self.java = find_java()
         self.host = host
         self.overrides = dict(overrides or {})
+        self.jvm_flags = jvm_flags
         self.cluster_id = random_cluster_id()
         self.port = self.controller_port = 0
         self.start_seconds: float | None = None  # how long the last start() took, format included
@@ -263,7 +271,7 @@ class ReferenceKafka:
             logging = f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}"
         else:
             logging = f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}"
-        return [self.java, *JVM_FLAGS, f"-Djava.io.tmpdir={self.dir}", f"-Dkafka.logs.dir={self.dir}", logging,
+        return [self.java, *self.jvm_flags, f"-Djava.io.tmpdir={self.dir}", f"-Dkafka.logs.dir={self.dir}", logging,
                 "-cp", f"{self.lib}/*", main, *args]
 
     def _format(self, timeout: float) -> None:

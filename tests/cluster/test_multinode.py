@@ -39,8 +39,8 @@ from tests.cluster.clients import (
     shards_by_node,
 )
 from tests.cluster.conftest import NODES
-from tests.integration.test_transactions_crashes import commit_sentinel, summary
-from tests.integration.txn_workload import ABORTED, COMMITTED, TxnWriter, check
+from tests.integration.test_transactions_crashes import settle_and_check, summary
+from tests.integration.txn_workload import ABORTED, COMMITTED, TxnWriter
 from tests.integration.txn_workload import Reader as TxnReader
 from tests.integration.virtual_workload import produce_keyed
 
@@ -286,17 +286,7 @@ def test_transactions_through_a_node_death_lose_nothing_committed_and_show_nothi
         gone = {s["id"] for s in victim["shards"]}
         assert not gone & {owners[group_slot(i)] for i in doomed}, "the doomed ids' coordinator did not move"
         readers.append(TxnReader(bootstrap, topic, partitions, "cluster-late").start())
-        for w in writers:
-            w.stop()
-        for w in writers:
-            w.settle()
-        sentinels = commit_sentinel(bootstrap, topic, partitions, "cluster")
-        for reader in readers:
-            assert reader.wait_for(sentinels, 120), f"reader {reader.name} did not reach the sentinels"
-        time.sleep(1)  # anything that should not be there has had a chance to turn up
-        for reader in readers:
-            reader.stop()
-        results = {r.name: check(dict(r.rows), writers, f"reader {r.name}", extra=sentinels) for r in readers}
+        results = settle_and_check(bootstrap, topic, partitions, "cluster", writers, readers, 120)
         print(f"\ncluster txn: {summary(writers)}\n  readers: {results}")
         assert sum(w.count(ABORTED) for w in writers) >= 2, "the run aborted too little to check anything"
     finally:

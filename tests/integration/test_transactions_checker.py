@@ -30,8 +30,8 @@ import pytest
 from kafscale.testing.faulty_s3 import FaultyS3Proxy
 from kafscale.testing.s3_servers import MotoS3Server, unique_bucket_name
 from kafscale.testing.serve_process import ServeProcess
-from tests.integration.test_transactions_crashes import commit_sentinel, shard_pids, start, summary, wait_until
-from tests.integration.txn_workload import COMMITTED, Reader, TxnWriter, check, create_topic
+from tests.integration.test_transactions_crashes import settle_and_check, shard_pids, start, summary, wait_until
+from tests.integration.txn_workload import COMMITTED, Reader, TxnWriter, create_topic
 
 TOPIC = "jepsen"
 PARTITIONS = 6
@@ -89,18 +89,7 @@ def test_transactions_under_shard_kills_and_a_stalled_s3(tmp_path: Path,
         wait_until("commits after shard 0's kill", lambda: commits() >= mark + PROGRESS, 2 * DEADLINE_S)
         late = Reader(bootstrap, TOPIC, PARTITIONS, "late").start()
         readers.append(late)
-        for w in writers:
-            w.stop()
-        for w in writers:
-            w.settle()
-        sentinels = commit_sentinel(bootstrap, TOPIC, PARTITIONS, "jepsen")
-        for reader in readers:
-            assert reader.wait_for(sentinels, DEADLINE_S), f"reader {reader.name} did not reach the sentinels"
-        time.sleep(1)  # anything that should not be there has had a chance to turn up
-        for reader in readers:
-            reader.stop()
-        results = {reader.name: check(dict(reader.rows), writers, f"reader {reader.name}", extra=sentinels)
-                   for reader in readers}
+        results = settle_and_check(bootstrap, TOPIC, PARTITIONS, "jepsen", writers, readers, DEADLINE_S)
         print(f"\njepsen: {summary(writers)}\n  readers: {results}\n  S3 faults: {dict(proxy.faults)}")
         assert commits() >= 4 * PROGRESS
         assert sum(w.count("aborted") for w in writers) >= 2, "the run aborted too little to check anything"

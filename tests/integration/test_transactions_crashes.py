@@ -38,6 +38,7 @@ from kafscale.testing.serve_process import ServeProcess
 from tests.integration.conftest import LIST_OFFSETS, KafkaWire, build, nested_request
 from tests.integration.txn_workload import (
     COMMITTED,
+    Reader,
     TxnWriter,
     check,
     close_quietly,
@@ -127,6 +128,23 @@ def commit_sentinel(bootstrap: str, topic: str, partitions: int, name: str) -> s
         return values
     finally:
         close_quietly(producer)
+
+
+def settle_and_check(bootstrap: str, topic: str, partitions: int, name: str, writers: list[TxnWriter],
+                     readers: list[Reader], deadline_s: float) -> dict[str, dict[str, int]]:
+    """The end of a checker run: the writers stopped and their ids settled, a sentinel committed, every live reader
+    read up to it and stopped, and what each read checked (`check`). Returns each reader's counts."""
+    for w in writers:
+        w.stop()
+    for w in writers:
+        w.settle()
+    sentinels = commit_sentinel(bootstrap, topic, partitions, name)
+    for reader in readers:
+        assert reader.wait_for(sentinels, deadline_s), f"reader {reader.name} did not reach the sentinels"
+    time.sleep(1)  # anything that should not be there has had a chance to turn up
+    for reader in readers:
+        reader.stop()
+    return {r.name: check(dict(r.rows), writers, f"reader {r.name}", extra=sentinels) for r in readers}
 
 
 def open_transaction(bootstrap: str, txn_id: str, topic: str, partitions: list[int], tag: str,

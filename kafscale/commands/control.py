@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,18 +72,21 @@ def controller(args: argparse.Namespace) -> Iterator[Any]:
             socket.create_connection((host, int(port)), timeout=5).close()
         except OSError as e:
             raise CommandError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
-    try:
-        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, configure_logging=False, **extra)
-    except Exception as e:
-        raise CommandError(f"cannot reach the Ray cluster at {address}: {e}") from None
-    try:
+    # Ray prints the cluster's error events (a node marked dead, ...) to stdout whatever log_to_driver says. They go
+    # to stderr while this process is a driver, so stdout carries the command's answer alone (`-o json` is JSON).
+    with contextlib.redirect_stdout(sys.stderr):
         try:
-            handle = ray.get_actor(CONTROLLER_NAME, namespace=RAY_NAMESPACE)
-        except ValueError:
-            raise CommandError(f"no kafscale broker runs on the Ray cluster at {address}") from None
-        yield handle
-    finally:
-        ray.shutdown()
+            ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, configure_logging=False, **extra)
+        except Exception as e:
+            raise CommandError(f"cannot reach the Ray cluster at {address}: {e}") from None
+        try:
+            try:
+                handle = ray.get_actor(CONTROLLER_NAME, namespace=RAY_NAMESPACE)
+            except ValueError:
+                raise CommandError(f"no kafscale broker runs on the Ray cluster at {address}") from None
+            yield handle
+        finally:
+            ray.shutdown()  # joins the thread that prints those events
 
 
 def call(args: argparse.Namespace, method: str, *params: Any) -> Any:

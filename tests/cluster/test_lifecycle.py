@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,27 @@ def actors(dashboard: int) -> list[dict[str, Any]]:
         return list(json.load(response)["data"]["result"]["result"])
 
 
+@contextlib.contextmanager
+def ray_errors_published(address: str, message: str) -> Iterator[None]:
+    """The cluster's GCS publishes an error event to every driver, again and again, while the block runs."""
+    from ray._private.utils import publish_error_to_driver
+    from ray._raylet import GcsClient
+
+    gcs, stop = GcsClient(address=address), threading.Event()
+
+    def publish() -> None:
+        while not stop.wait(0.05):
+            publish_error_to_driver("test_error", message, gcs)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def test_a_detached_broker_outlives_its_command_shows_in_the_dashboard_and_stops_on_request(tmp_path: Path) -> None:
     data, port, dashboard = tmp_path / "data", free_port(), free_port()
     proc = kafscale("serve", "--detach", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}",
@@ -55,8 +79,11 @@ def test_a_detached_broker_outlives_its_command_shows_in_the_dashboard_and_stops
         assert {"kafscale-controller", "kafscale-metadata", "kafscale-shard-0", "kafscale-shard-1"} <= set(named)
         assert named["kafscale-shard-0"]["repr_name"] == f"Shard(id=0, node=127.0.0.1, listener=127.0.0.1:{port})"
 
-        info = kafscale("cluster", "info", "--data-dir", str(data), "-o", "json")
+        # Ray prints the cluster's error events (a node marked dead, ...) on a driver's stdout: JSON must stay alone.
+        with ray_errors_published(head["address"], "a node was marked dead (published by the test)"):
+            info = kafscale("cluster", "info", "--data-dir", str(data), "-o", "json")
         assert info.returncode == 0, info.stderr
+        assert "published by the test" in info.stderr, "no Ray error event reached the command's stderr"
         shards = [s for n in json.loads(info.stdout)["nodes"] for s in n["shards"]]
         assert sorted(s["id"] for s in shards) == [0, 1] and all(s["live"] for s in shards)
         assert sum(len(s["partitions"]) for s in shards) == 1

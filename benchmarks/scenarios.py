@@ -31,6 +31,7 @@ from benchmarks.common import (
 )
 from benchmarks.compaction import compaction, compaction_soak
 from benchmarks.fetch_sessions import fetch_sessions
+from benchmarks.idempotent import idempotent
 from benchmarks.metadata_scale import metadata_scale
 from benchmarks.read_back import read_back
 from benchmarks.security import security
@@ -543,6 +544,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "catchup": catchup,
     "read_back": read_back,
     "fetch_sessions": fetch_sessions,
+    "idempotent": idempotent,
     "transactions": transactions,
     "compaction": compaction,
     "compaction_soak": compaction_soak,

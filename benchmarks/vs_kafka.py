@@ -65,7 +65,7 @@ def _tool(work: Path, main: str, *args: str, timeout: float = 900) -> str:
     return done.stdout
 
 
-def _produce(work: Path, side: Side, topic: str, size: int, count: int, acks: str,
+def producer_performance(work: Path, side: Side, topic: str, size: int, count: int, acks: str,
              idempotent: bool) -> dict[str, float]:
     out = _tool(work, "ProducerPerformance", "--topic", topic, "--num-records", str(count), "--record-size",
                 str(size), "--throughput", "-1", "--producer-props", f"bootstrap.servers={side.bootstrap}",
@@ -97,7 +97,7 @@ def _case(work: Path, side: Side, case: tuple[int, str, bool, int], volume: int)
     side.create(topic, partitions)
     count = max(1000, volume // size)
     cpu0 = side.cpu()
-    produced = _produce(work, side, topic, size, count, acks, idempotent)
+    produced = producer_performance(work, side, topic, size, count, acks, idempotent)
     read_mib_s = _consume(work, side, topic, count)
     cpu = side.cpu() - cpu0
     gib = 2 * count * size / GiB  # written once, read once
@@ -112,7 +112,7 @@ def _kafka_side(kafka: ReferenceKafka, work: Path) -> Side:
     return Side("kafka", kafka.bootstrap, lambda: process_cpu_seconds(kafka.pid or 0), create)
 
 
-def _kafscale_side(b: Broker, work: Path) -> Side:
+def kafscale_side(b: Broker, work: Path) -> Side:
     def cpu() -> float:
         pids = [*b.shard_pids().values()]
         if b.serve.proc is not None:
@@ -149,7 +149,7 @@ def vs_kafka(ctx: Context) -> None:
         log(f"  kafka: {theirs}; end to end {kafka_e2e}")
         for backend in ctx.backends:
             with broker(ctx, backend, "vs_kafka") as b:
-                side = _kafscale_side(b, work)
+                side = kafscale_side(b, work)
                 for case in cases:
                     ours = _case(work, side, case, volume)
                     log(f"  {side.name} {case}: {ours} (kafka {theirs[case]})")

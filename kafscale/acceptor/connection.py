@@ -57,6 +57,7 @@ import socket
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from kafscale.acceptor import sasl_gate
+from kafscale.acceptor.blocked_producers import WaitingProduces
 from kafscale.acceptor.handlers import api_versions
 from kafscale.acceptor.router import RequestContext
 from kafscale.protocol.codec import encode_response
@@ -119,6 +120,7 @@ class Connection(asyncio.BufferedProtocol):
         self.sasl = listener.new_sasl_session()  # None unless the listener is SASL_PLAINTEXT or SASL_SSL
         self._admitted = False  # counted against max_connections_per_ip
         self._read_timer: asyncio.TimerHandle | None = None  # runs while a request has only partly arrived
+        self.produce_waits = WaitingProduces()
 
     def __str__(self) -> str:
         who = f"{self.host}:{self.port}"
@@ -314,6 +316,7 @@ class Connection(asyncio.BufferedProtocol):
             api_key, api_version, header.correlation_id, header.client_id,
             self.host, self.port, self.id, self.listener,
             self.sasl.principal or ANONYMOUS if self.sasl is not None else self.principal, self.sasl,
+            self.produce_waits,
         )
         task = self.router.start(ctx, request)
         self._in_flight += 1

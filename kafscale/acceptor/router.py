@@ -14,6 +14,7 @@ from kafscale.protocol.schemas import has_schemas
 from kafscale.security.principal import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
+    from kafscale.acceptor.blocked_producers import WaitingProduces
     from kafscale.acceptor.listener import Listener
     from kafscale.security.sasl import SaslSession
 
@@ -34,6 +35,7 @@ class RequestContext:
     listener: Listener  # .name / .host / .port / .advertised_host of the listener that got the request
     principal: Principal = ANONYMOUS  # who the client proved to be (SASL, or an SSL client certificate)
     sasl: SaslSession | None = None  # the connection's SASL state, on SASL listeners (the SASL handlers' business)
+    produce_waits: WaitingProduces | None = None  # the connection's idempotent acks=all produces not answered yet
 
 
 # Answers a kio response object of the request's (api_key, api_version), an EncodedResponse, or None

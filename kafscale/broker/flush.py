@@ -54,6 +54,7 @@ class Pending:
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     upload: asyncio.Task[Uploaded] | None = None  # started once sealed, within the in-flight limit
     aborted: list[AbortedTxn] = field(default_factory=list)  # the transactions this window's markers abort
+    due_now: bool = False  # its producers can send nothing more until answered: waiting longer gains nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +80,16 @@ async def flush_loop(owner: PartitionOwner) -> None:
     bottleneck the open segment keeps filling (up to segment.bytes) instead of queueing one small
     object per interval, so the request count per MiB falls as the store slows down. Its records
     lose nothing by the wait, as they could not commit before the earlier segment anyway.
+
+    A window marked due now (PartitionOwner.flush_now: its producers are blocked on their answers) seals without
+    waiting for the timer: the rest of the interval would add no data, only latency.
     """
     interval = owner.settings.flush_interval_ms / 1000.0
     while not owner.fenced:
         owner._wake.clear()
         uploading = _uploading(owner)
-        if owner._open.chunks and (owner.closed or (not uploading
-                                                  and time.monotonic() - owner._open.started >= interval)):
+        if owner._open.chunks and (owner.closed or (not uploading and (
+                owner._open.due_now or time.monotonic() - owner._open.started >= interval))):
             owner._seal()
         _start_uploads(owner)
         if owner._sealed and owner._sealed[0].upload is not None and owner._sealed[0].upload.done():

@@ -8,7 +8,7 @@ typed results, carried by Ray (kafscale.actors.shard_actor) or made in process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 from kafscale.broker.fetch_sessions import FetchSessionCache
@@ -102,6 +102,11 @@ class Broker(Peer, Protocol):
         """One Produce request's partitions: a future of then(results), results in request order. A transactional
         producer's batches that would open a transaction in a partition are first checked with its coordinator
         (add_to_txn, Produce v12+: added to the transaction by it)."""
+        ...
+
+    def flush_now(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """The acks=all producers waiting on these partitions (led here) can send nothing more until answered:
+        flush what they wait for without waiting for the flush interval."""
         ...
 
     async def delete_topic(self, name: str) -> bool:

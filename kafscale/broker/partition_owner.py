@@ -362,6 +362,13 @@ class PartitionOwner:
         fut.set_result(None)
         return fut
 
+    def flush_now(self) -> None:
+        """The open window's producers can send nothing more until it is answered (kafscale.acceptor.blocked_producers):
+        seal it without waiting for the flush interval."""
+        if self._open.chunks and not self._open.due_now:
+            self._open.due_now = True
+            self._wake.set()
+
     def _seal(self) -> None:
         if self._open.chunks:
             self._sealed.append(self._open)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -314,6 +314,12 @@ class ShardCore:
         if transactional_id is not None:
             return txn_produce.start(self, transactional_id, items, acks, timeout_ms, then, add_to_txn)
         return self.producer.start(items, acks, timeout_ms, then)
+
+    def flush_now(self, partitions: Iterable[tuple[str, int]]) -> None:
+        for topic, partition in partitions:
+            owner = self._ready_owner(topic, partition)
+            if owner is not None:
+                owner.flush_now()
 
     async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
                       timeout_ms: int) -> ProduceResult:

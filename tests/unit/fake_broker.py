@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -68,6 +68,7 @@ class FakeBroker:
                                     offsets_retention_ms=self.config.offsets_retention_minutes * 60_000,
                                     retention_check_interval_s=3600, topic=self.topics.get)
         self.logs: dict[tuple[str, int], Log] = {}
+        self.flushed_now: list[tuple[str, int]] = []  # the partitions flush_now was asked for, in order
         self.fetch_sessions = FetchSessionCache(self.config.max_incremental_fetch_session_cache_slots)
         self._next_producer_id = 1000
         # Transactions (docs/transactions.md): markers go into the fake logs, offsets to the real group registry
@@ -89,6 +90,9 @@ class FakeBroker:
         """A partition another shard leads: the fake forwards nothing, it answers NOT_LEADER_OR_FOLLOWER."""
         info = self.topics.topics.get(topic)
         return info is not None and 0 <= partition < info.partitions and not self.placement.leads(info, partition)
+
+    def flush_now(self, partitions: Iterable[tuple[str, int]]) -> None:
+        self.flushed_now.extend(partitions)  # the fake's writes are durable at once: only recorded
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,
                       then: Callable[[list[ProduceResult]], T],

@@ -348,6 +348,22 @@ async def test_timer_flushes_without_further_appends(env: Env) -> None:
     assert sorted(stored_segments(env.store)) == [0]
 
 
+async def test_flush_now_seals_the_open_window_without_waiting_for_the_interval(env: Env) -> None:
+    """Its producers are blocked on their answers (kafscale.acceptor.blocked_producers): the window seals at once,
+    whole, and later appends start a window that waits for the interval again."""
+    owner = await env.owner(flush_interval_ms=600_000)  # the timer never fires here
+    first = [await owner.append(batch(values(3)), acks=-1) for _ in range(2)]
+    owner.flush_now()
+    await asyncio.gather(*(durable(o, timeout=5) for o in first))
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 5)]
+    later = await owner.append(batch(values(2)), acks=-1)
+    await asyncio.sleep(0.3)
+    assert not later.durable.done() and owner.high_watermark == 6
+    owner.flush_now()
+    await durable(later, timeout=5)
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 5), (6, 7)]
+
+
 async def test_segments_roll_before_they_would_exceed_segment_bytes_and_close_flushes_the_tail(env: Env) -> None:
     """As Kafka rolls a log segment: the append that would take the open segment past segment.bytes goes
     into a new one, so stored objects stay within the limit; a single larger request gets a segment alone."""

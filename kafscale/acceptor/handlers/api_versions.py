@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from kafscale.acceptor.blocked_producers import librdkafka
 from kafscale.protocol.codec import make, nested, request_class, response_class
 from kafscale.protocol.errors import ErrorCode
 
@@ -60,6 +61,9 @@ def api_versions_handler(router: Router) -> Handler:
             and _SOFTWARE.fullmatch(request.client_software_version)
         ):
             return _response(version, ErrorCode.invalid_request, {})
+        if version >= 3 and ctx.produce_waits is not None:
+            ctx.produce_waits.counts_records = librdkafka(request.client_software_name,
+                                                          request.client_software_version)
         return _response(version, ErrorCode.none, router.supported(), router.finalized_features)
 
     return handle

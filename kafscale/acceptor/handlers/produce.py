@@ -13,6 +13,7 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from kafscale.acceptor import legacy
+from kafscale.acceptor.blocked_producers import idempotent, record_count
 from kafscale.acceptor.handlers.common import allowed, new_leader
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker, ProduceItem
@@ -80,8 +81,11 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
             for topic in req.topic_data
         ], leaders, list(endpoints.values()))
 
-    return broker.start_produce(jobs, acks, req.timeout_ms, answer, req.transactional_id,
-                                add_to_txn=ctx.api_version >= ADDS_TO_TXN_SINCE)
+    answered = broker.start_produce(jobs, acks, req.timeout_ms, answer, req.transactional_id,
+                                    add_to_txn=ctx.api_version >= ADDS_TO_TXN_SINCE)
+    if acks == -1 and jobs and ctx.produce_waits is not None and not answered.done() and idempotent(jobs[0][2]):
+        ctx.produce_waits.track(answered, [(t, p, record_count(records)) for t, p, records in jobs], broker.flush_now)
+    return answered
 
 
 DECODE = read_produce_request  # the codec reads Produce requests itself, without kio

@@ -1,0 +1,85 @@
+"""Spotting an idempotent producer that can send nothing more until the broker answers it.
+
+An acks=all answer waits for the partition's flush, which seals a window `flush_interval_ms` after its first batch
+(kafscale.broker.flush). An idempotent (or transactional) producer keeps few requests in flight, and once it is at
+its limit the rest of the interval adds none of its data to the windows, only latency: its throughput becomes its
+limit per flush round trip. Then the partitions it waits on are asked to flush at once (Broker.flush_now). The
+segments are as large as they would have been, as nothing more was coming from it. The limits:
+
+* Kafka's: at most 5 requests in flight per connection (KIP-98; the Java producer's
+  max.in.flight.requests.per.connection, librdkafka's max.in.flight).
+* librdkafka's own, per partition: it compares the *records* in flight on a partition with that 5
+  (rdkafka_broker.c, rd_kafka_toppar_producer_serve), so a partition with a request of 5 records or more waiting
+  gets no second one. Against a few shards a connection carries few partitions and never reaches 5 requests: this
+  is the limit that binds. Clients built on librdkafka say so in ApiVersions ("...-rdkafka-2.x" or "librdkafka").
+
+A plain producer may keep many more requests in flight (librdkafka: a million), so its windows keep their interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+IDEMPOTENT_MAX_IN_FLIGHT = 5  # Kafka's limit for idempotent producers, per connection
+# In a v2 record batch: magic (1 byte), producer id (int64), records count (int32); all big-endian.
+_MAGIC_AT, _PRODUCER_ID_AT, _RECORDS_AT = 16, 43, 57
+
+FlushNow = Callable[[Iterable[tuple[str, int]]], None]
+
+
+def idempotent(records: bytes | bytearray | memoryview) -> bool:
+    """Whether the first record batch of a partition's records carries a producer id (v2 batches only)."""
+    if len(records) < _RECORDS_AT + 4 or records[_MAGIC_AT] != 2:
+        return False
+    return int.from_bytes(records[_PRODUCER_ID_AT:_PRODUCER_ID_AT + 8], "big", signed=True) >= 0
+
+
+def record_count(records: bytes | bytearray | memoryview) -> int:
+    """Records in the first batch (librdkafka sends one batch per partition and request)."""
+    return int.from_bytes(records[_RECORDS_AT:_RECORDS_AT + 4], "big") if len(records) >= _RECORDS_AT + 4 else 0
+
+
+def librdkafka(software_name: str, software_version: str) -> bool:
+    """What a client built on librdkafka sends in ApiVersions v3+: its own name, or the binding's name with a
+    version ending in "-rdkafka-<librdkafka version>" (confluent-kafka-python, -go, -dotnet)."""
+    return software_name == "librdkafka" or "-rdkafka-" in software_version
+
+
+class WaitingProduces:
+    """One connection's idempotent acks=all Produce requests not answered yet, and what they wait on."""
+
+    __slots__ = ("_records", "_requests", "count", "counts_records")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.counts_records = False  # a librdkafka client: its limit per partition is 5 records in flight
+        self._requests: Counter[tuple[str, int]] = Counter()  # partition -> requests waiting on it
+        self._records: Counter[tuple[str, int]] = Counter()  # partition -> records they carry there
+
+    def track(self, answer: asyncio.Future[Any], batches: list[tuple[str, int, int]], flush_now: FlushNow) -> None:
+        """A request just appended, as (topic, partition, records in its batch); `answer` completes when it is
+        answered. Flushes at once what the producer can add nothing more to."""
+        self.count += 1
+        for topic, partition, records in batches:
+            self._requests[(topic, partition)] += 1
+            self._records[(topic, partition)] += records
+        answer.add_done_callback(lambda _: self._answered(batches))
+        if self.count >= IDEMPOTENT_MAX_IN_FLIGHT:  # nothing more on this connection: all it waits on
+            flush_now(list(self._requests))
+        elif self.counts_records:
+            blocked = [(t, p) for t, p, _ in batches if self._records[(t, p)] >= IDEMPOTENT_MAX_IN_FLIGHT]
+            if blocked:
+                flush_now(blocked)
+
+    def _answered(self, batches: list[tuple[str, int, int]]) -> None:
+        self.count -= 1
+        for topic, partition, records in batches:
+            key = (topic, partition)
+            self._records[key] -= records
+            self._requests[key] -= 1
+            if self._requests[key] <= 0:
+                del self._requests[key]
+                del self._records[key]

@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="sampling window, seconds")
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--idempotent", action="store_true", help="the producer is idempotent")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--acks", default="all")
     parser.add_argument("--backend", choices=["local", "seaweedfs"], default="local",
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(out, False, [args.backend], options)
     report: dict[str, Any] = {"machine": machine_info(), "settings": vars(args) | {"out": str(out)}}
     try:
-        with broker(ctx, args.backend, "profile") as b:
+        with broker(ctx, args.backend, "profile", shards=args.shards) as b:
             topic = "profile"
             from benchmarks.common import run_worker
 
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             warm = 3.0
             producer = Worker("produce", {"bootstrap": b.bootstrap, "topic": topic, "partitions": args.partitions,
                                           "size": args.size, "acks": args.acks, "duration": args.duration + 2,
-                                          "warmup": warm})
+                                          "warmup": warm, "conf": {"enable.idempotence": args.idempotent}})
             time.sleep(warm + 1.0)
             assert b.serve.proc is not None
             pids = [p for p in broker_pids(b.serve.proc.pid)

@@ -135,6 +135,10 @@ class BrokerConfig:
     partitions_per_shard: int = field(default=0, metadata={"help": "deprecated and ignored; will be removed"})
     flush_interval_ms: int = field(default=50, metadata={
         "help": "max time a record waits to flush while no earlier upload of its partition is running"})
+    blocked_flush_min_bytes: int = field(default=256 * 1024, metadata={
+        "help": "a partition whose waiting producers can send nothing more (idempotent ones at their in-flight "
+                "limit) flushes at once when it holds this much; less waits for flush_interval_ms (fewer "
+                "object-store requests from slow producers)"})
     segment_bytes: int = field(default=4 * 1024 * 1024, metadata={
         "help": "largest segment: the append that would overflow it starts a new one"})
     index_interval_bytes: int = field(default=4096, metadata={"help": "sparse index spacing"})
@@ -287,6 +291,8 @@ class BrokerConfig:
         if self.max_incremental_fetch_session_cache_slots < 0:
             raise ConfigError("max_incremental_fetch_session_cache_slots: must be >= 0 (0: no fetch sessions), got "
                               f"{self.max_incremental_fetch_session_cache_slots}")
+        if self.blocked_flush_min_bytes < 0:
+            raise ConfigError(f"blocked_flush_min_bytes: must be >= 0, got {self.blocked_flush_min_bytes}")
         if self.connections_max_reauth_ms < 0:
             raise ConfigError(f"connections_max_reauth_ms: must be >= 0, got {self.connections_max_reauth_ms}")
         if len(specs) > 1 and self._explicit_ports():

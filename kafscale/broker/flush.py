@@ -82,14 +82,16 @@ async def flush_loop(owner: PartitionOwner) -> None:
     lose nothing by the wait, as they could not commit before the earlier segment anyway.
 
     A window marked due now (PartitionOwner.flush_now: its producers are blocked on their answers) seals without
-    waiting for the timer: the rest of the interval would add no data, only latency.
+    waiting for the timer once it holds blocked_flush_min_bytes: the rest of the interval would add none of their
+    data, only latency. A smaller one keeps the interval, so a slow producer's records still share objects.
     """
     interval = owner.settings.flush_interval_ms / 1000.0
     while not owner.fenced:
         owner._wake.clear()
         uploading = _uploading(owner)
         if owner._open.chunks and (owner.closed or (not uploading and (
-                owner._open.due_now or time.monotonic() - owner._open.started >= interval))):
+                (owner._open.due_now and owner._open.nbytes >= owner.settings.blocked_flush_min_bytes)
+                or time.monotonic() - owner._open.started >= interval))):
             owner._seal()
         _start_uploads(owner)
         if owner._sealed and owner._sealed[0].upload is not None and owner._sealed[0].upload.done():

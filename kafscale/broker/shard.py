@@ -94,7 +94,8 @@ class ShardCore:
         self.topics = TopicRegistry(self.meta, mapping)
         settings = OwnerSettings(
             namespace=config.s3_namespace, segment_bytes=config.segment_bytes,
-            flush_interval_ms=config.flush_interval_ms, index_interval_bytes=config.index_interval_bytes,
+            flush_interval_ms=config.flush_interval_ms, blocked_flush_min_bytes=config.blocked_flush_min_bytes,
+            index_interval_bytes=config.index_interval_bytes,
             max_pending_bytes=config.max_pending_bytes, readahead_segments=config.readahead_segments,
             uploads_in_flight=config.segment_uploads_in_flight,
         )

@@ -1,6 +1,7 @@
 """An idempotent producer at its in-flight limit is answered after the flush, not after the flush interval
 (kafscale.acceptor.blocked_producers): with a flush interval of several seconds, a blocked producer's records are
-acknowledged in a fraction of it, while a plain producer's wait the interval as before."""
+acknowledged in a fraction of it once what it waits on holds blocked_flush_min_bytes (256 KiB, the default here),
+while a plain producer's, or a blocked one's few bytes, wait the interval as before."""
 
 from __future__ import annotations
 
@@ -37,14 +38,14 @@ def port(b: InProcessBroker) -> int:
     return int(b.bootstrap.rsplit(":", 1)[1])
 
 
-def acknowledged_after(b: InProcessBroker, topic: str, conf: dict[str, object], records: int) -> float:
+def acknowledged_after(b: InProcessBroker, topic: str, conf: dict[str, object], records: int, size: int) -> float:
     """Seconds from the first produce() until every record is acknowledged (one batch: linger outlasts the loop)."""
     producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 200, **conf})
     producer.list_topics(topic, timeout=10)
     failed: list[object] = []
     started = time.monotonic()
     for i in range(records):
-        producer.produce(topic, f"r{i}".encode(), partition=0,
+        producer.produce(topic, f"r{i}".encode().ljust(size, b"."), partition=0,
                          on_delivery=lambda err, _: err is not None and failed.append(err))
     assert producer.flush(3 * INTERVAL_S) == 0 and not failed, failed
     return time.monotonic() - started
@@ -54,10 +55,14 @@ def test_librdkafkas_idempotent_producer_is_answered_without_waiting_for_the_flu
         broker: InProcessBroker) -> None:
     with KafkaWire(port(broker)) as wire:
         wire.create_topic("blocked-rdkafka", 1)
-    # librdkafka sends no second request to a partition while 5 of its records are in flight there.
-    assert acknowledged_after(broker, "blocked-rdkafka", {"enable.idempotence": True}, 50) < INTERVAL_S / 2
+    idempotent, plain = {"enable.idempotence": True}, {"enable.idempotence": False}
+    # librdkafka sends no second request to a partition while 5 of its records are in flight there: 50 of 8 KiB
+    # (400 KiB, one request) are all it can send, so they are flushed at once.
+    assert acknowledged_after(broker, "blocked-rdkafka", idempotent, 50, 8192) < INTERVAL_S / 2
     # A plain producer could send more: its records wait for the interval, as before.
-    assert acknowledged_after(broker, "blocked-rdkafka", {"enable.idempotence": False}, 50) >= INTERVAL_S * 0.9
+    assert acknowledged_after(broker, "blocked-rdkafka", plain, 50, 8192) >= INTERVAL_S * 0.9
+    # A blocked producer's few bytes wait too, to share an object with whatever else comes.
+    assert acknowledged_after(broker, "blocked-rdkafka", idempotent, 50, 10) >= INTERVAL_S * 0.9
 
 
 def idempotent_batch(producer_id: int, epoch: int, value: bytes) -> bytes:
@@ -75,7 +80,8 @@ def pipelined(wire: KafkaWire, topic: str, partitions: range) -> float:
     assert init.error_code == ErrorCode.none
     started = time.monotonic()
     for p in partitions:
-        wire.send(wire.produce_request(topic, p, idempotent_batch(init.producer_id, init.producer_epoch, b"x")))
+        record = idempotent_batch(init.producer_id, init.producer_epoch, bytes(300 * 1024))  # past the minimum
+        wire.send(wire.produce_request(topic, p, record))
     for _ in partitions:
         _, answer = wire.receive()
         assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none

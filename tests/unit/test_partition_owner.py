@@ -351,7 +351,7 @@ async def test_timer_flushes_without_further_appends(env: Env) -> None:
 async def test_flush_now_seals_the_open_window_without_waiting_for_the_interval(env: Env) -> None:
     """Its producers are blocked on their answers (kafscale.acceptor.blocked_producers): the window seals at once,
     whole, and later appends start a window that waits for the interval again."""
-    owner = await env.owner(flush_interval_ms=600_000)  # the timer never fires here
+    owner = await env.owner(flush_interval_ms=600_000, blocked_flush_min_bytes=0)  # the timer never fires here
     first = [await owner.append(batch(values(3)), acks=-1) for _ in range(2)]
     owner.flush_now()
     await asyncio.gather(*(durable(o, timeout=5) for o in first))
@@ -362,6 +362,19 @@ async def test_flush_now_seals_the_open_window_without_waiting_for_the_interval(
     owner.flush_now()
     await durable(later, timeout=5)
     assert [(s.base, s.last) for s in owner.segments] == [(0, 5), (6, 7)]
+
+
+async def test_flush_now_waits_for_the_interval_until_the_window_holds_blocked_flush_min_bytes(env: Env) -> None:
+    """A slow producer's small window keeps the timer, so its records still share objects; once the window holds
+    the minimum (more producers, or bigger batches) it seals."""
+    owner = await env.owner(flush_interval_ms=600_000, blocked_flush_min_bytes=10_000)
+    small = await owner.append(batch(values(3)), acks=-1)
+    owner.flush_now()
+    await asyncio.sleep(0.3)
+    assert not small.durable.done()
+    large = await owner.append(batch(values(3, size=4000)), acks=-1)  # the window passes 10,000 bytes
+    await asyncio.gather(durable(small, timeout=5), durable(large, timeout=5))
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 5)]
 
 
 async def test_segments_roll_before_they_would_exceed_segment_bytes_and_close_flushes_the_tail(env: Env) -> None:

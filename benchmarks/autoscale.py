@@ -14,12 +14,17 @@ acknowledged ones. Reported, each beside its target or a figure of the same run:
   first scale-up and the moment placement stopped changing (p50, p99; target p99 <= 1 s, as for planned moves),
   with a quiet window before the load as the floor;
 - throughput before the scale-up and after the cluster settled, same producer, same topic;
-- time from the load's end until the cluster is back at one shard (the scale-down delay is the limit).
+- time from the load's end until the cluster is back at one shard (the scale-down delay is the limit);
+- the moves: every change of a partition's leader, sampled every 0.5 s, counted per scale event (a change of the
+  number of shards leading partitions), with how many went back to a shard the partition had left in the same
+  event (restless balancing; target 0) and how many moves a scale-up made against the fewest that reach its
+  shard count (a partition each to every new shard's fair share).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import subprocess
 import sys
@@ -72,6 +77,8 @@ def autoscale(ctx: Context) -> None:
         stack.callback(traffic.kill)
         watermarks = _Watermarks(serve.bootstrap_all, load_topic)
         stack.callback(watermarks.stop)
+        placements = _Placements(ctl, topic)
+        stack.callback(placements.stop)
         load = subprocess.Popen([sys.executable, "-m", "kafscale.testing.load_producer", serve.bootstrap_all,
                                  load_topic, str(PARTITIONS), "900", str(LOAD_MB_S)], cwd=REPO,
                                 stdin=subprocess.PIPE,
@@ -88,8 +95,10 @@ def autoscale(ctx: Context) -> None:
         stopped = time.monotonic()
         down_at = _wait(lambda: len([s for s in ctl.shards() if s["live"]]) == 1, DOWN_DELAY_S * 4 + 120)
         watermarks.stop()
+        placements.stop()
     _report(ctx, args, final, watermarks.series, traffic.acked, loaded, up_at, settled_at, measured_after, stopped,
             down_at, before, after)
+    _report_moves(ctx, args, placements.series)
 
 
 class _Watermarks:
@@ -121,6 +130,73 @@ class _Watermarks:
             self._stop.set()
             self._thread.join(30)
             self.consumer.close()
+
+
+class _Placements:
+    """The topic's placement, sampled every 0.5 s: (time, partition -> shard) each time it changed."""
+
+    def __init__(self, ctl: Control, topic: str) -> None:
+        self.series: list[tuple[float, dict[int, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ctl, topic), daemon=True)
+        self._thread.start()
+
+    def _run(self, ctl: Control, topic: str) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                now = _placement(ctl, topic)
+            except Exception:  # the controller busy or restarting: the next sample
+                continue
+            if len(now) == PARTITIONS and (not self.series or self.series[-1][1] != now):
+                self.series.append((time.monotonic(), now))
+
+    def stop(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(30)
+
+
+def scale_events(series: list[tuple[float, dict[int, int]]]) -> list[dict[str, Any]]:
+    """The moves between placements, grouped by scale event: a change of the number of shards leading partitions
+    starts one; the moves after it, until the next, are its balancing."""
+    events: list[dict[str, Any]] = []
+    for (_, old), (_, new) in itertools.pairwise(series):
+        shards_old, shards_new = len(set(old.values())), len(set(new.values()))
+        if shards_new != shards_old or not events:
+            events.append({"shards": [shards_old, shards_new], "moves": 0, "moved_back": 0, "left": {}})
+        event = events[-1]
+        event["shards"][1] = shards_new
+        for p in new:
+            if new[p] != old[p]:
+                event["moves"] += 1
+                if new[p] in event["left"].get(p, ()):
+                    event["moved_back"] += 1
+                event["left"].setdefault(p, set()).add(old[p])
+    for event in events:
+        start, end = event["shards"]
+        # The fewest moves that reach the new count: up, each new shard gets its fair share of partitions; down, the
+        # leaving shards' partitions (their fair share) move.
+        event["fewest"] = PARTITIONS * abs(end - start) // max(start, end) if start != end else 0
+        event["partitions_moved"] = len(event.pop("left"))
+    return events
+
+
+def _report_moves(ctx: Context, args: list[str], series: list[tuple[float, dict[int, int]]]) -> None:
+    events = scale_events(series)
+    log(f"  scale events: {events}")
+    settings = {"serve_args": [a for a in args if "secret" not in a], "partitions": PARTITIONS,
+                "sampled_every_s": 0.5}
+    for i, event in enumerate(events):
+        direction = "up" if event["shards"][1] > event["shards"][0] else "down"
+        name = f"scale_{direction}_{event['shards'][0]}_to_{event['shards'][1]}"
+        ctx.add(Result("autoscale", f"{name}_moves", event["moves"], "moves", "seaweedfs",
+                       [Reference("target", event["fewest"], "moves", "lower",
+                                  "the fewest moves that reach the new shard count (a fair share each)")],
+                       settings, {"event": i, **event}))
+        ctx.add(Result("autoscale", f"{name}_moved_back", event["moved_back"], "moves", "seaweedfs",
+                       [Reference("target", 0, "moves", "lower",
+                                  "moves that take a partition back to a shard it left in the same event")],
+                       settings, {"event": i, **event}))
 
 
 def _placement(ctl: Control, topic: str) -> dict[int, int]:

@@ -22,7 +22,7 @@ class BrokerMetrics(Protocol):
 
     def fetched(self, topic: str, data: bytes) -> None: ...
 
-    def observe_s3(self, op: str, seconds: float, ok: bool) -> None: ...
+    def observe_s3(self, op: str, seconds: float, ok: bool, kind: str, requests: int) -> None: ...
 
     def swept(self, deleted: int, in_grace: int) -> None:
         """A janitor round: garbage objects deleted, and found but not yet old enough to delete."""
@@ -65,7 +65,7 @@ class _NoMetrics:
     def fetched(self, topic: str, data: bytes) -> None:
         pass
 
-    def observe_s3(self, op: str, seconds: float, ok: bool) -> None:
+    def observe_s3(self, op: str, seconds: float, ok: bool, kind: str, requests: int) -> None:
         pass
 
     def swept(self, deleted: int, in_grace: int) -> None:

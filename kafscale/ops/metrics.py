@@ -63,6 +63,9 @@ class ShardMetrics:
         self.s3_seconds = Histogram("kafscale_s3_request_duration_seconds", "Object store calls by operation",
                                     ["op"], registry=r, buckets=LATENCY_BUCKETS)
         self.s3_errors = Counter("kafscale_s3_request_errors", "Object store calls that failed", ["op"], registry=r)
+        self.s3_requests = Counter("kafscale_object_store_requests", "Object store requests as S3 bills them (an "
+                                   "upload of segment and index is 2 PUTs), by kind: put, get, head, list, delete",
+                                   ["kind"], registry=r)
         self.meta_seconds = Histogram("kafscale_metadata_request_duration_seconds", "Metadata store calls",
                                       ["op"], registry=r, buckets=LATENCY_BUCKETS)
         self.meta_errors = Counter("kafscale_metadata_request_errors", "Metadata store calls that failed", ["op"],
@@ -99,7 +102,7 @@ class ShardMetrics:
         self.requests = 0  # answered since start: the load meter's request rate
         self._topics: dict[str, PartitionMetrics] = {}
         self._out: dict[str, tuple[Any, Any]] = {}
-        self._s3: dict[str, tuple[Any, Any]] = {}
+        self._s3: dict[str, tuple[Any, Any, Any]] = {}
 
     # ---- hooks (hot path: keep them a lookup and an update)
 
@@ -152,13 +155,15 @@ class ShardMetrics:
             self.cleaner_removed.labels(f.topic).inc(f.records_removed)
             self.cleaner_seconds.observe(f.seconds)
 
-    def observe_s3(self, op: str, seconds: float, ok: bool) -> None:
-        pair = self._s3.get(op)
-        if pair is None:
-            pair = self._s3[op] = (self.s3_seconds.labels(op), self.s3_errors.labels(op))
-        pair[0].observe(seconds)
+    def observe_s3(self, op: str, seconds: float, ok: bool, kind: str, requests: int) -> None:
+        children = self._s3.get(op)
+        if children is None:
+            children = self._s3[op] = (self.s3_seconds.labels(op), self.s3_errors.labels(op),
+                                       self.s3_requests.labels(kind))
+        children[0].observe(seconds)
+        children[2].inc(requests)
         if not ok:
-            pair[1].inc()
+            children[1].inc()
 
     def watch(self, stats: Callable[[], ShardStats], connections: Callable[[], int],
               lags: Callable[[], Iterable[tuple[str, str, int, int]]]) -> None:

@@ -33,6 +33,7 @@ from benchmarks.compaction import compaction, compaction_soak
 from benchmarks.fetch_sessions import fetch_sessions
 from benchmarks.idempotent import idempotent
 from benchmarks.metadata_scale import metadata_scale
+from benchmarks.object_requests import object_requests
 from benchmarks.read_back import read_back
 from benchmarks.security import security
 from benchmarks.soak import soak
@@ -545,6 +546,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "read_back": read_back,
     "fetch_sessions": fetch_sessions,
     "idempotent": idempotent,
+    "object_requests": object_requests,
     "transactions": transactions,
     "compaction": compaction,
     "compaction_soak": compaction_soak,

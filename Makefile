@@ -20,8 +20,10 @@ JVMLIB   := tests/jvm/lib
 JVMCLIENTS := 4.4.0 3.9.2 3.0.2 2.8.2
 JVMSTREAMS := 4.4.0
 JVMCONNECT := 4.3.1
+SPARKPOM   := tests/spark-kafka/pom.xml
+SPARKSTAMP := tests/spark-kafka/lib/.installed
 
-.PHONY: run test test-unit bench lint install system-deps reference-kafka clean go-clients rust-client compat
+.PHONY: run test test-unit bench lint install system-deps reference-kafka spark-kafka clean go-clients rust-client compat
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +53,14 @@ $(REFSTAMP): $(REFPOM) $(JVMPOM) | $(SYSSTAMP)
 	for v in $(JVMCLIENTS); do mvn -q -B -f $(JVMPOM) -P clients-$$v dependency:copy-dependencies || exit 1; done
 	mvn -q -B -f $(JVMPOM) -P streams-$(JVMSTREAMS) dependency:copy-dependencies
 	mvn -q -B -f $(JVMPOM) -P connect-$(JVMCONNECT) dependency:copy-dependencies
+	touch $@
+
+# Spark's own Kafka source (spark-sql-kafka-0-10 and the three jars it needs beyond pyspark's), in
+# tests/spark-kafka/lib/<version>/ (kafscale/testing/spark_kafka.py gives them to the tests' and the spark_kafka
+# benchmark's Spark session). Maven keeps its downloads in ~/.m2, once per machine.
+$(SPARKSTAMP): $(SPARKPOM) | $(SYSSTAMP)
+	rm -rf tests/spark-kafka/lib
+	mvn -q -B -f $(SPARKPOM) dependency:copy-dependencies
 	touch $@
 
 # The Go clients of tests/integration/test_go_rust_clients.py, into $(GOCLIENTS)/bin (gitignored): franz-go, sarama
@@ -93,13 +103,15 @@ system-deps: $(SYSSTAMP)
 
 reference-kafka: $(REFSTAMP)
 
+spark-kafka: $(SPARKSTAMP)
+
 run: $(STAMP)
 	$(BIN)/kafscale serve --listen 127.0.0.1:9092 --data-dir ./data
 
 # Two pytest-xdist workers: tests that share one expensive server, or run Ray clusters, stay together on one worker
 # (tests/conftest.py, xdist_group); everything else spreads over both. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) $(SYSSTAMP) $(JSSTAMP) $(REFSTAMP) $(GOSTAMP) $(RUSTSTAMP) $(QUIXSTAMP)
+test: $(STAMP) $(SYSSTAMP) $(JSSTAMP) $(REFSTAMP) $(SPARKSTAMP) $(GOSTAMP) $(RUSTSTAMP) $(QUIXSTAMP)
 	$(BIN)/ruff check kafscale tests benchmarks
 	scripts/pytest-with-backtrace.sh $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
 		$(PYTEST_ARGS)
@@ -108,7 +120,7 @@ test: $(STAMP) $(SYSSTAMP) $(JSSTAMP) $(REFSTAMP) $(GOSTAMP) $(RUSTSTAMP) $(QUIX
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
-bench: $(STAMP) $(SYSSTAMP)
+bench: $(STAMP) $(SYSSTAMP) $(REFSTAMP) $(SPARKSTAMP)
 	$(BIN)/pip install --quiet -e ".[test,pipeline,bench]"
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
@@ -117,4 +129,4 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis $(REFLIB) $(JVMLIB) tests/jvm/build $(GOCLIENTS)/bin $(RUSTCLIENT)/target $(QUIXCLIENT)/.venv
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis $(REFLIB) $(JVMLIB) tests/spark-kafka/lib tests/jvm/build $(GOCLIENTS)/bin $(RUSTCLIENT)/target $(QUIXCLIENT)/.venv

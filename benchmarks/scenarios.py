@@ -37,6 +37,7 @@ from benchmarks.object_requests import object_requests
 from benchmarks.read_back import read_back
 from benchmarks.security import security
 from benchmarks.soak import soak
+from benchmarks.spark_kafka import spark_kafka
 from benchmarks.transactions import transactions
 from benchmarks.virtual_partitions import virtual
 from benchmarks.vs_kafka import vs_kafka
@@ -560,10 +561,11 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "soak": soak,
     "virtual": virtual,
     "vs_kafka": vs_kafka,
+    "spark_kafka": spark_kafka,
 }
 
-ALIASES = {"vs-kafka": "vs_kafka", "e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup",
-           "catch_up": "catchup"}
+ALIASES = {"vs-kafka": "vs_kafka", "spark-kafka": "spark_kafka", "e2e": "end_to_end", "kcat": "kcat_spec",
+           "catch-up": "catchup", "catch_up": "catchup"}
 
 
 def resolve(name: str) -> str:

@@ -43,9 +43,11 @@ def random_messages(n: int, *, seed: int, start_ms: int, step_ms: int = 1) -> li
 
 
 def produce(bootstrap: str, topic: str, messages: Iterable[dict[str, Any]], *, codec: str = "none",
-            partitions: int = 2) -> int:
+            partitions: int = 2, idempotent: bool = False) -> int:
+    """idempotent=True keeps each partition in the order given even through retries (a new topic's first batches
+    can be refused until its leader is up; a plain producer's retry then lands behind later batches)."""
     producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5,
-                         "acks": "all", "batch.num.messages": 40})
+                         "acks": "all", "batch.num.messages": 40, "enable.idempotence": idempotent})
     failures: list[Any] = []
     count = 0
     for i, m in enumerate(messages):

@@ -30,7 +30,9 @@ UNIT_DIR = TESTS / "unit"
 # or that run whole Ray clusters, go to one worker as a group: each of those servers starts once per run, and no
 # two Ray clusters or `kafscale serve` processes compete for the two cores.
 PROCESS_DIRS = (TESTS / "cluster",)
-FIXTURE_GROUPS = {"kafka_reference": REFERENCE_GROUP, "kafka_reference_39": REFERENCE_GROUP, "spark": "spark",
+# Spark tests join the reference's group: Spark's own Kafka source reads both brokers, and one worker then holds the
+# run's one Spark session and its one reference Kafka.
+FIXTURE_GROUPS = {"kafka_reference": REFERENCE_GROUP, "kafka_reference_39": REFERENCE_GROUP, "spark": REFERENCE_GROUP,
                   "ray_runtime": "ray"}
 
 

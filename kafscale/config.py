@@ -135,10 +135,10 @@ class BrokerConfig:
     partitions_per_shard: int = field(default=0, metadata={"help": "deprecated and ignored; will be removed"})
     flush_interval_ms: int = field(default=50, metadata={
         "help": "max time a record waits to flush while no earlier upload of its partition is running"})
-    blocked_flush_min_bytes: int = field(default=256 * 1024, metadata={
+    blocked_flush_min_bytes: int = field(default=0, metadata={
         "help": "a partition whose waiting producers can send nothing more (idempotent ones at their in-flight "
-                "limit) flushes at once when it holds this much; less waits for flush_interval_ms (fewer "
-                "object-store requests from slow producers)"})
+                "limit) flushes at once when it holds this much (0: always); less waits for flush_interval_ms "
+                "(fewer object-store requests from slow producers, more latency)"})
     segment_bytes: int = field(default=4 * 1024 * 1024, metadata={
         "help": "largest segment: the append that would overflow it starts a new one"})
     index_interval_bytes: int = field(default=4096, metadata={"help": "sparse index spacing"})

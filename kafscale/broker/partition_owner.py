@@ -57,7 +57,7 @@ class OwnerSettings:
     namespace: str = "default"
     segment_bytes: int = 4 * 1024 * 1024
     flush_interval_ms: int = 50
-    blocked_flush_min_bytes: int = 256 * 1024
+    blocked_flush_min_bytes: int = 0
     index_interval_bytes: int = 4096
     max_pending_bytes: int = 64 * 1024 * 1024
     readahead_segments: int = 1

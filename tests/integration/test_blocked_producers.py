@@ -1,7 +1,7 @@
 """An idempotent producer at its in-flight limit is answered after the flush, not after the flush interval
 (kafscale.acceptor.blocked_producers): with a flush interval of several seconds, a blocked producer's records are
-acknowledged in a fraction of it once what it waits on holds blocked_flush_min_bytes (256 KiB, the default here),
-while a plain producer's, or a blocked one's few bytes, wait the interval as before."""
+acknowledged in a fraction of it, while a plain producer's wait the interval as before; with
+blocked_flush_min_bytes set (256 KiB here), a blocked producer's few bytes wait too."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from kafscale.testing.inprocess import InProcessBroker
 from tests.integration.conftest import KafkaWire
 
 INTERVAL_S = 4.0
+MIN_BYTES = 256 * 1024
 INIT_PRODUCER_ID = 22
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
-    config = BrokerConfig(metrics_listen="", flush_interval_ms=int(INTERVAL_S * 1000))
+    config = BrokerConfig(metrics_listen="", flush_interval_ms=int(INTERVAL_S * 1000),
+                          blocked_flush_min_bytes=MIN_BYTES)
     with InProcessBroker(config, meta=lambda: EmbeddedStore(tmp_path / "meta.db"),
                          objects=lambda: LocalDirStore(tmp_path / "objects")) as b:
         yield b
@@ -63,6 +65,16 @@ def test_librdkafkas_idempotent_producer_is_answered_without_waiting_for_the_flu
     assert acknowledged_after(broker, "blocked-rdkafka", plain, 50, 8192) >= INTERVAL_S * 0.9
     # A blocked producer's few bytes wait too, to share an object with whatever else comes.
     assert acknowledged_after(broker, "blocked-rdkafka", idempotent, 50, 10) >= INTERVAL_S * 0.9
+
+
+def test_by_default_a_blocked_producers_few_bytes_are_flushed_at_once_too(tmp_path: Path) -> None:
+    config = BrokerConfig(metrics_listen="", flush_interval_ms=int(INTERVAL_S * 1000))
+    assert config.blocked_flush_min_bytes == 0
+    with InProcessBroker(config, meta=lambda: EmbeddedStore(tmp_path / "meta.db"),
+                         objects=lambda: LocalDirStore(tmp_path / "objects")) as b:
+        with KafkaWire(port(b)) as wire:
+            wire.create_topic("blocked-default", 1)
+        assert acknowledged_after(b, "blocked-default", {"enable.idempotence": True}, 50, 10) < INTERVAL_S / 2
 
 
 def idempotent_batch(producer_id: int, epoch: int, value: bytes) -> bytes:

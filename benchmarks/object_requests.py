@@ -56,7 +56,8 @@ def object_requests(ctx: Context) -> None:
                 per_gib = (puts1 - puts0) / ((bytes1 - bytes0) / GiB) if bytes1 > bytes0 else None
                 detail: dict[str, Any] = {"puts": puts1 - puts0, "bytes": bytes1 - bytes0,
                                           "producer_mib_s": out["mib_per_s"],
-                                          "mean_object_kib": None if not per_gib else round(2 * GiB / per_gib / 1024)}
+                                          # a flush stores a segment and its index: 2 PUTs
+                                          "mean_segment_kib": None if not per_gib else round(2 * GiB / per_gib / 1024)}
                 log(f"  {backend} {name}: {detail}, {per_gib} PUTs/GiB")
                 settings = {"partitions": partitions, "rate_mib_s": mib_s or "flat out", "record_bytes": 1024,
                             "acks": "all", "duration_s": duration, **b.settings}

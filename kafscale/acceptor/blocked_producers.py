@@ -27,14 +27,15 @@ IDEMPOTENT_MAX_IN_FLIGHT = 5  # Kafka's limit for idempotent producers, per conn
 # In a v2 record batch: magic (1 byte), producer id (int64), records count (int32); all big-endian.
 _MAGIC_AT, _PRODUCER_ID_AT, _RECORDS_AT = 16, 43, 57
 
-FlushNow = Callable[[Iterable[tuple[str, int]]], None]
+FlushNow = Callable[[Iterable[tuple[str, int]], int], None]  # (partitions, producer id): Broker.flush_now
 
 
-def idempotent(records: bytes | bytearray | memoryview) -> bool:
-    """Whether the first record batch of a partition's records carries a producer id (v2 batches only)."""
+def producer_id(records: bytes | bytearray | memoryview) -> int:
+    """The producer id of the first record batch of a partition's records; -1 if none (not idempotent, not a v2
+    batch, too short to tell)."""
     if len(records) < _RECORDS_AT + 4 or records[_MAGIC_AT] != 2:
-        return False
-    return int.from_bytes(records[_PRODUCER_ID_AT:_PRODUCER_ID_AT + 8], "big", signed=True) >= 0
+        return -1
+    return max(int.from_bytes(records[_PRODUCER_ID_AT:_PRODUCER_ID_AT + 8], "big", signed=True), -1)
 
 
 def record_count(records: bytes | bytearray | memoryview) -> int:
@@ -59,20 +60,21 @@ class WaitingProduces:
         self._requests: Counter[tuple[str, int]] = Counter()  # partition -> requests waiting on it
         self._records: Counter[tuple[str, int]] = Counter()  # partition -> records they carry there
 
-    def track(self, answer: asyncio.Future[Any], batches: list[tuple[str, int, int]], flush_now: FlushNow) -> None:
-        """A request just appended, as (topic, partition, records in its batch); `answer` completes when it is
-        answered. Flushes at once what the producer can add nothing more to."""
+    def track(self, answer: asyncio.Future[Any], producer: int, batches: list[tuple[str, int, int]],
+              flush_now: FlushNow) -> None:
+        """A request of `producer` just appended, as (topic, partition, records in its batch); `answer` completes
+        when it is answered. Flushes at once what the producer can add nothing more to."""
         self.count += 1
         for topic, partition, records in batches:
             self._requests[(topic, partition)] += 1
             self._records[(topic, partition)] += records
         answer.add_done_callback(lambda _: self._answered(batches))
         if self.count >= IDEMPOTENT_MAX_IN_FLIGHT:  # nothing more on this connection: all it waits on
-            flush_now(list(self._requests))
+            flush_now(list(self._requests), producer)
         elif self.counts_records:
             blocked = [(t, p) for t, p, _ in batches if self._records[(t, p)] >= IDEMPOTENT_MAX_IN_FLIGHT]
             if blocked:
-                flush_now(blocked)
+                flush_now(blocked, producer)
 
     def _answered(self, batches: list[tuple[str, int, int]]) -> None:
         self.count -= 1

@@ -104,9 +104,9 @@ class Broker(Peer, Protocol):
         (add_to_txn, Produce v12+: added to the transaction by it)."""
         ...
 
-    def flush_now(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """The acks=all producers waiting on these partitions (led here) can send nothing more until answered:
-        flush what they wait for without waiting for the flush interval."""
+    def flush_now(self, partitions: Iterable[tuple[str, int]], producer_id: int) -> None:
+        """The idempotent producer waiting on these partitions (led here) can send nothing more until answered:
+        flush what it waits for without waiting for the flush interval."""
         ...
 
     async def delete_topic(self, name: str) -> bool:

@@ -363,10 +363,13 @@ class PartitionOwner:
         fut.set_result(None)
         return fut
 
-    def flush_now(self) -> None:
-        """The open window's producers can send nothing more until it is answered (kafscale.acceptor.blocked_producers):
-        seal it without waiting for the flush interval."""
-        if self._open.chunks and not self._open.due_now:
+    def flush_now(self, producer_id: int) -> None:
+        """The producer can send nothing more until it is answered (kafscale.acceptor.blocked_producers): if its
+        records are in the open window, seal it without waiting for the flush interval. (If they are sealed
+        already, the open window holds only others' records, which keep their interval.)"""
+        if self.packer is not None:  # a virtual partition's segment waits for its pack's window anyway
+            return
+        if self._open.chunks and not self._open.due_now and producer_id in self._open.producers:
             self._open.due_now = True
             self._wake.set()
 

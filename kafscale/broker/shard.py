@@ -316,11 +316,11 @@ class ShardCore:
             return txn_produce.start(self, transactional_id, items, acks, timeout_ms, then, add_to_txn)
         return self.producer.start(items, acks, timeout_ms, then)
 
-    def flush_now(self, partitions: Iterable[tuple[str, int]]) -> None:
+    def flush_now(self, partitions: Iterable[tuple[str, int]], producer_id: int) -> None:
         for topic, partition in partitions:
             owner = self._ready_owner(topic, partition)
             if owner is not None:
-                owner.flush_now()
+                owner.flush_now(producer_id)
 
     async def produce(self, topic: str, partition: int, records: bytes | bytearray, acks: int,
                       timeout_ms: int) -> ProduceResult:

@@ -91,7 +91,7 @@ class FakeBroker:
         info = self.topics.topics.get(topic)
         return info is not None and 0 <= partition < info.partitions and not self.placement.leads(info, partition)
 
-    def flush_now(self, partitions: Iterable[tuple[str, int]]) -> None:
+    def flush_now(self, partitions: Iterable[tuple[str, int]], producer_id: int) -> None:
         self.flushed_now.extend(partitions)  # the fake's writes are durable at once: only recorded
 
     def start_produce(self, items: list[ProduceItem], acks: int, timeout_ms: int,

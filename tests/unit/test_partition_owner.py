@@ -348,28 +348,32 @@ async def test_timer_flushes_without_further_appends(env: Env) -> None:
     assert sorted(stored_segments(env.store)) == [0]
 
 
+PID = 4242  # an idempotent producer of the flush_now tests
+
+
 async def test_flush_now_seals_the_open_window_without_waiting_for_the_interval(env: Env) -> None:
     """Its producers are blocked on their answers (kafscale.acceptor.blocked_producers): the window seals at once,
     whole, and later appends start a window that waits for the interval again."""
     owner = await env.owner(flush_interval_ms=600_000, blocked_flush_min_bytes=0)  # the timer never fires here
-    first = [await owner.append(batch(values(3)), acks=-1) for _ in range(2)]
-    owner.flush_now()
+    first = [await owner.append(batch(values(3), pid=PID, epoch=0, seq=3 * i), acks=-1) for i in range(2)]
+    owner.flush_now(PID + 1)  # another producer: none of its records wait here
+    await asyncio.sleep(0.3)
+    assert owner.high_watermark == 0
+    owner.flush_now(PID)
     await asyncio.gather(*(durable(o, timeout=5) for o in first))
     assert [(s.base, s.last) for s in owner.segments] == [(0, 5)]
-    later = await owner.append(batch(values(2)), acks=-1)
+    later = await owner.append(batch(values(2)), acks=-1)  # not idempotent: only the timer seals it
+    owner.flush_now(PID)  # that producer's records are committed: the open window is someone else's
     await asyncio.sleep(0.3)
     assert not later.durable.done() and owner.high_watermark == 6
-    owner.flush_now()
-    await durable(later, timeout=5)
-    assert [(s.base, s.last) for s in owner.segments] == [(0, 5), (6, 7)]
 
 
 async def test_flush_now_waits_for_the_interval_until_the_window_holds_blocked_flush_min_bytes(env: Env) -> None:
     """A slow producer's small window keeps the timer, so its records still share objects; once the window holds
     the minimum (more producers, or bigger batches) it seals."""
     owner = await env.owner(flush_interval_ms=600_000, blocked_flush_min_bytes=10_000)
-    small = await owner.append(batch(values(3)), acks=-1)
-    owner.flush_now()
+    small = await owner.append(batch(values(3), pid=PID, epoch=0, seq=0), acks=-1)
+    owner.flush_now(PID)
     await asyncio.sleep(0.3)
     assert not small.durable.done()
     large = await owner.append(batch(values(3, size=4000)), acks=-1)  # the window passes 10,000 bytes

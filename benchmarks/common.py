@@ -229,19 +229,33 @@ class Broker:
             pids[int(m.group(1))] = int(m.group(2))
         return pids
 
+    def shard_cpu(self) -> float:
+        """utime + stime of the shard processes so far, seconds (a shard gone counts nothing)."""
+        total = 0.0
+        for pid in self.shard_pids().values():
+            with contextlib.suppress(OSError):
+                total += process_cpu_seconds(pid)
+        return total
+
+    def scrape(self) -> list[str]:
+        """Every shard's /metrics page (shards that do not answer are left out)."""
+        import urllib.request
+
+        pages = []
+        for shard in range(self.serve.shards):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port + shard}/metrics", timeout=10) as r:
+                    pages.append(r.read().decode())
+            except OSError:
+                continue
+        return pages
+
     def metrics(self) -> dict[str, dict[str, list[float]]]:
         """Sums and counts of the latency/size histograms of every shard's /metrics, merged over shards:
         {"kafscale_flush_duration_seconds": {"": [sum, count]}, "kafscale_s3_request_duration_seconds":
         {"put_if_absent": [sum, count]}, …}. Diff two snapshots to get the means of a window."""
-        import urllib.request
-
         out: dict[str, dict[str, list[float]]] = {}
-        for shard in range(self.serve.shards):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port + shard}/metrics", timeout=10) as r:
-                    text = r.read().decode()
-            except OSError:
-                continue
+        for text in self.scrape():
             for line in text.splitlines():
                 m = re.match(r'^(kafscale_\w+)_(sum|count)(?:\{(?:api|op)="([^"]*)"\})? ([0-9.eE+-]+)$', line)
                 if not m:

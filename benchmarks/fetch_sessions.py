@@ -19,7 +19,7 @@ import socket
 import sys
 from typing import Any
 
-from benchmarks.common import Broker, Context, Reference, Result, broker, log, process_cpu_seconds, run_worker
+from benchmarks.common import Broker, Context, Reference, Result, broker, log, run_worker
 from kafscale.protocol import make, request_class
 from kafscale.protocol.codec import decode_response
 from kafscale.protocol.encoder import encode_request
@@ -64,10 +64,6 @@ class _Fetcher:
         self.sock.close()
 
 
-def _shard_cpu(b: Broker) -> float:
-    return sum(process_cpu_seconds(pid) for pid in b.shard_pids().values())
-
-
 def _run(b: Broker, fetches: int, sessions: bool) -> dict[str, float]:
     fetcher = _Fetcher(int(b.bootstrap.rsplit(":", 1)[1]))
     try:
@@ -77,14 +73,14 @@ def _run(b: Broker, fetches: int, sessions: bool) -> dict[str, float]:
             assert opened.session_id > 0, "the broker opened no fetch session"
             session_id, epoch = opened.session_id, 1
         request_bytes = response_bytes = 0
-        cpu0 = _shard_cpu(b)
+        cpu0 = b.shard_cpu()
         for _ in range(fetches):
             sent, got, answer = fetcher.fetch(session_id, epoch, 0 if sessions else PARTITIONS)
             assert answer.error_code == 0, answer.error_code
             request_bytes, response_bytes = request_bytes + sent, response_bytes + got
             if sessions:
                 epoch += 1
-        cpu = _shard_cpu(b) - cpu0
+        cpu = b.shard_cpu() - cpu0
     finally:
         fetcher.close()
     return {"request_bytes": request_bytes / fetches, "response_bytes": response_bytes / fetches,

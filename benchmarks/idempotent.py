@@ -15,16 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.common import Broker, Context, Reference, Result, broker, log, process_cpu_seconds, run_worker
+from benchmarks.common import Broker, Context, Reference, Result, broker, log, run_worker
 from benchmarks.vs_kafka import kafscale_side, producer_performance
 
 PARTITIONS = 12
 RECORD_BYTES = 1024
 TARGET = 0.9
-
-
-def _shard_cpu(b: Broker) -> float:
-    return sum(process_cpu_seconds(pid) for pid in b.shard_pids().values())
 
 
 def _produce_requests(b: Broker) -> tuple[float, float]:
@@ -34,11 +30,11 @@ def _produce_requests(b: Broker) -> tuple[float, float]:
 
 
 def _run(b: Broker, topic: str, idempotent: bool, duration: float) -> dict[str, Any]:
-    cpu0, (req0, sec0) = _shard_cpu(b), _produce_requests(b)
+    cpu0, (req0, sec0) = b.shard_cpu(), _produce_requests(b)
     out = run_worker("produce", {"bootstrap": b.bootstrap, "topic": topic, "partitions": PARTITIONS,
                                  "size": RECORD_BYTES, "duration": duration, "acks": "all", "linger_ms": 5,
                                  "conf": {"enable.idempotence": idempotent}})
-    cpu, (req, sec) = _shard_cpu(b) - cpu0, _produce_requests(b)
+    cpu, (req, sec) = b.shard_cpu() - cpu0, _produce_requests(b)
     requests = req - req0
     if out["errors"] or out["undelivered"]:
         raise RuntimeError(f"{'idempotent' if idempotent else 'plain'} producer: {out['errors']} errors, "

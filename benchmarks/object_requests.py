@@ -12,7 +12,6 @@ S3 bills them), bytes from `kafscale_bytes_in_total`, both over the case. Target
 from __future__ import annotations
 
 import re
-import urllib.request
 from typing import Any
 
 from benchmarks.common import Broker, Context, Reference, Result, broker, log, run_worker
@@ -26,9 +25,7 @@ CASES = (("12_partitions_flat_out", 12, 0.0), ("12_partitions_8_mib_s", 12, 8.0)
 def _counters(b: Broker) -> tuple[float, float]:
     """(PUT requests, bytes in) summed over the shards' /metrics."""
     puts = written = 0.0
-    for shard in range(b.serve.shards):
-        with urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port + shard}/metrics", timeout=10) as r:
-            text = r.read().decode()
+    for text in b.scrape():
         for line in text.splitlines():
             if m := re.match(r'^kafscale_object_store_requests_total\{kind="put"\} ([0-9.eE+-]+)$', line):
                 puts += float(m.group(1))

@@ -11,35 +11,26 @@ per record depends on the broker's code alone, so it is the figure that shows a 
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from typing import Any
 
-from benchmarks.common import Broker, Context, Result, broker, log, process_cpu_seconds, run_worker
+from benchmarks.common import Broker, Context, Result, broker, log, run_worker
 
 RECORD = 1024
 PARTITIONS = 4
-
-
-def _shard_cpu(b: Broker) -> float:
-    total = 0.0
-    for pid in b.shard_pids().values():
-        with contextlib.suppress(OSError):
-            total += process_cpu_seconds(pid)
-    return total
 
 
 def _round(b: Broker, topic: str, count: int) -> dict[str, float]:
     made = run_worker("create_topics", {"bootstrap": b.bootstrap, "topics": [(topic, PARTITIONS)], "batch": 1})
     if made["errors"]:
         raise RuntimeError(f"create {topic}: {made['errors']}")
-    cpu0 = _shard_cpu(b)
+    cpu0 = b.shard_cpu()
     w = run_worker("produce", {"bootstrap": b.bootstrap, "topic": topic, "partitions": PARTITIONS, "size": RECORD,
                                "acks": "all", "count": count, "duration": 0, "warmup": 0}, timeout=900)
-    cpu1 = _shard_cpu(b)
+    cpu1 = b.shard_cpu()
     r = run_worker("catchup", {"bootstrap": b.bootstrap, "topic": topic, "partitions": PARTITIONS, "expect": count,
                                "timeout": 600}, timeout=700)
-    cpu2 = _shard_cpu(b)
+    cpu2 = b.shard_cpu()
     if r["received"] != count or w.get("errors"):
         raise RuntimeError(f"read_back round on {topic}: produced {w.get('delivered')} (errors {w.get('errors')}),"
                            f" read {r['received']} of {count}")

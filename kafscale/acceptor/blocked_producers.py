@@ -23,9 +23,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from kafscale.storage.batch import HEADER_SIZE, MAGIC_OFFSET, MAGIC_V2, PRODUCER_ID_OFFSET, RECORD_COUNT_OFFSET
+
 IDEMPOTENT_MAX_IN_FLIGHT = 5  # Kafka's limit for idempotent producers, per connection
-# In a v2 record batch: magic (1 byte), producer id (int64), records count (int32); all big-endian.
-_MAGIC_AT, _PRODUCER_ID_AT, _RECORDS_AT = 16, 43, 57
 
 FlushNow = Callable[[Iterable[tuple[str, int]], int], None]  # (partitions, producer id): Broker.flush_now
 
@@ -33,14 +33,16 @@ FlushNow = Callable[[Iterable[tuple[str, int]], int], None]  # (partitions, prod
 def producer_id(records: bytes | bytearray | memoryview) -> int:
     """The producer id of the first record batch of a partition's records; -1 if none (not idempotent, not a v2
     batch, too short to tell)."""
-    if len(records) < _RECORDS_AT + 4 or records[_MAGIC_AT] != 2:
+    if len(records) < HEADER_SIZE or records[MAGIC_OFFSET] != MAGIC_V2:
         return -1
-    return max(int.from_bytes(records[_PRODUCER_ID_AT:_PRODUCER_ID_AT + 8], "big", signed=True), -1)
+    return max(int.from_bytes(records[PRODUCER_ID_OFFSET:PRODUCER_ID_OFFSET + 8], "big", signed=True), -1)
 
 
 def record_count(records: bytes | bytearray | memoryview) -> int:
     """Records in the first batch (librdkafka sends one batch per partition and request)."""
-    return int.from_bytes(records[_RECORDS_AT:_RECORDS_AT + 4], "big") if len(records) >= _RECORDS_AT + 4 else 0
+    if len(records) < HEADER_SIZE:
+        return 0
+    return int.from_bytes(records[RECORD_COUNT_OFFSET:RECORD_COUNT_OFFSET + 4], "big")
 
 
 def librdkafka(software_name: str, software_version: str) -> bool:

@@ -29,6 +29,7 @@ __all__ = [
     "LOG_OVERHEAD",
     "MAGIC_OFFSET",
     "MAX_TIMESTAMP_OFFSET",
+    "PRODUCER_ID_OFFSET",
     "RECORD_COUNT_OFFSET",
     "BatchHeader",
     "CorruptSegmentError",
@@ -56,6 +57,7 @@ CRC_OFFSET = 17
 # partitionLeaderEpoch can be rewritten without recomputing it.
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
 RECORD_COUNT_OFFSET = 57  # the header's last field
 MAGIC_V2 = 2
 

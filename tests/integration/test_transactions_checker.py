@@ -12,14 +12,13 @@ partition; each reader reads until it has the sentinels.
 
 Checked for every reader: no record of an aborted or never-committed transaction; every committed transaction
 complete, in every partition; a transaction whose commit failed (outcome unknown) complete or absent; no record
-twice; each writer's records in writing order per partition. The faults must have happened (the shards were
-healed or restarted, the stall made requests late) and the writers must have made progress through them.
+twice; each writer's records in writing order per partition. The faults must have happened (the shards' processes
+were started again, the stall made requests late) and the writers must have made progress through them.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from collections.abc import Iterator
@@ -93,8 +92,12 @@ def test_transactions_under_shard_kills_and_a_stalled_s3(tmp_path: Path,
         print(f"\njepsen: {summary(writers)}\n  readers: {results}\n  S3 faults: {dict(proxy.faults)}")
         assert commits() >= 4 * PROGRESS
         assert sum(w.count("aborted") for w in writers) >= 2, "the run aborted too little to check anything"
-        for shard in (1, 0):  # each kill was a real failure: the controller healed that shard's partitions and slots
-            assert re.search(rf"healed \d+ partitions and group slots of shards \[{shard}\]", serve.log_text()), shard
+        # Each kill was a real failure, and Ray started both shards' processes again. Whether the controller
+        # also healed a killed shard's work onto the other one is a race: the restarted shard may take its lease
+        # back before the controller's next round finds it missing.
+        killed = set(pids.values())
+        wait_until("both shards running again in new processes",
+                   lambda: len(running := serve.actor_pids("ShardActor")) == 2 and not set(running) & killed)
     finally:
         for w in writers:
             w._stop.set()

@@ -185,6 +185,22 @@ class BrokerConfig:
         "help": "wait this long for more members when a group starts (Kafka's default 3000; see docs/groups.md)"})
     group_min_session_timeout_ms: int = field(default=6_000, metadata={"help": "shortest consumer session allowed"})
     group_max_session_timeout_ms: int = field(default=1_800_000, metadata={"help": "longest consumer session"})
+    group_consumer_session_timeout_ms: int = field(default=45_000, metadata={
+        "help": "session of a member of a consumer-protocol group (KIP-848; Kafka's group.consumer.session.timeout.ms)"})
+    group_consumer_min_session_timeout_ms: int = field(default=45_000, metadata={
+        "help": "lower bound of group_consumer_session_timeout_ms"})
+    group_consumer_max_session_timeout_ms: int = field(default=60_000, metadata={
+        "help": "upper bound of group_consumer_session_timeout_ms"})
+    group_consumer_heartbeat_interval_ms: int = field(default=5_000, metadata={
+        "help": "how often members of a consumer-protocol group heartbeat (told in every heartbeat's answer)"})
+    group_consumer_min_heartbeat_interval_ms: int = field(default=5_000, metadata={
+        "help": "lower bound of group_consumer_heartbeat_interval_ms"})
+    group_consumer_max_heartbeat_interval_ms: int = field(default=15_000, metadata={
+        "help": "upper bound of group_consumer_heartbeat_interval_ms"})
+    group_consumer_assignors: str = field(default="uniform,range", metadata={
+        "help": "server-side assignors members may name (group.remote.assignor); the first is the default"})
+    group_consumer_max_size: int = field(default=2_147_483_647, metadata={
+        "help": "most members of one consumer-protocol group (GROUP_MAX_SIZE_REACHED beyond)"})
     offsets_retention_minutes: int = field(default=10_080, metadata={"help": "committed offsets of empty groups"})
     offsets_retention_check_interval_ms: int = field(default=600_000, metadata={"help": "offset expiry period"})
     transaction_max_timeout_ms: int = field(default=900_000, metadata={
@@ -263,6 +279,28 @@ class BrokerConfig:
     def sasl_mechanisms(self) -> list[str]:
         return [m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip()]
 
+    def consumer_assignors(self) -> list[str]:
+        return [a.strip() for a in self.group_consumer_assignors.split(",") if a.strip()]
+
+    def _validate_consumer_groups(self) -> None:
+        """Kafka's checks of the group.consumer.* settings: each default within its bounds, and a heartbeat more
+        frequent than the session lasts."""
+        for what in ("session_timeout_ms", "heartbeat_interval_ms"):
+            low, value, high = (getattr(self, f"group_consumer_{b}{what}") for b in ("min_", "", "max_"))
+            if not 0 < low <= value <= high:
+                raise ConfigError(f"group_consumer_{what}: must lie within group_consumer_min_{what} and "
+                                  f"group_consumer_max_{what} (all positive), got {value} not in [{low}, {high}]")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ConfigError(f"group_consumer_heartbeat_interval_ms: must be less than "
+                              f"group_consumer_session_timeout_ms, got {self.group_consumer_heartbeat_interval_ms} >= "
+                              f"{self.group_consumer_session_timeout_ms}")
+        known = {"uniform", "range"}
+        if not self.consumer_assignors() or set(self.consumer_assignors()) - known:
+            raise ConfigError(f"group_consumer_assignors: expected a comma-separated list of {sorted(known)}, got "
+                              f"{self.group_consumer_assignors!r}")
+        if self.group_consumer_max_size < 1:
+            raise ConfigError(f"group_consumer_max_size: must be positive, got {self.group_consumer_max_size}")
+
     def etcd_endpoint_list(self) -> list[str]:
         return [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]
 
@@ -280,6 +318,7 @@ class BrokerConfig:
         if self.request_read_timeout_ms < 0 or self.max_connections_per_ip < 0:
             raise ConfigError(f"request_read_timeout_ms and max_connections_per_ip: must be >= 0 (0: no limit), got "
                               f"{self.request_read_timeout_ms} and {self.max_connections_per_ip}")
+        self._validate_consumer_groups()
         if self.authorizer not in ("", "acl"):
             raise ConfigError(f"authorizer: expected 'acl' or '' (none), got {self.authorizer!r}")
         if self.transaction_version not in (0, 1, 2):

@@ -49,9 +49,8 @@ async def _heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Heartbeat
     error, coordinator = await broker.groups.lookup(req.group_id, create=req.member_epoch == 0)
     if error != ErrorCode.none:
         return HeartbeatAnswer(error)
-    if coordinator is None:
-        return HeartbeatAnswer(ErrorCode.unknown_member_id,
-                               f"Member {req.member_id} is not a member of group {req.group_id}.")
+    if coordinator is None:  # a heartbeat (not a join) to a group that does not exist, as Kafka answers it
+        return HeartbeatAnswer(ErrorCode.group_id_not_found, f"Group {req.group_id} not found.")
     topics = {name: info.partitions for name, info in broker.topics.topics.items()}
     hb = Heartbeat(member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
                    rack_id=req.rack_id, rebalance_timeout_ms=ms(req.rebalance_timeout, -1),

@@ -1,5 +1,6 @@
-"""DescribeGroups v0-v5: state, protocol, and members with client id, host, metadata and assignment; a
-consumer-protocol group (KIP-848) too, in the classic format.
+"""DescribeGroups v0-v5: state, protocol, and members with client id, host, metadata and assignment.
+A consumer-protocol group (KIP-848) is not a classic group: like Kafka 4.4, these versions report it Dead
+(ConsumerGroupDescribe describes it).
 
 As in Kafka 4, a member's metadata is shown only while the group is Stable, its current assignment in every state,
 and a group that does not exist is reported as Dead without an error.
@@ -21,7 +22,6 @@ from kafscale.acceptor.handlers.common import (
 )
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
-from kafscale.groups.consumer.classic_view import assignment_bytes, subscription_bytes
 from kafscale.groups.consumer.group import ConsumerGroup
 from kafscale.groups.state import State
 from kafscale.security.acl import Operation, ResourceType
@@ -43,9 +43,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         error, coordinator = await broker.groups.lookup(group_id)
         if error == ErrorCode.none:
             fields["group_state"] = State.DEAD.value
-        if coordinator is not None and isinstance(coordinator.group, ConsumerGroup):
-            fields = _consumer_group(mod, coordinator.group)
-        elif coordinator is not None:
+        if coordinator is not None and not isinstance(coordinator.group, ConsumerGroup):
             g = coordinator.group
             stable = g.state is State.STABLE
             fields = {
@@ -63,14 +61,3 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                            **fields))
     return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
-
-def _consumer_group(mod: Any, g: ConsumerGroup) -> dict[str, Any]:
-    """A consumer-protocol group, as Kafka shows one to DescribeGroups: its state, protocol type "consumer", its
-    assignor as the protocol, and each member's subscription and assignment in the consumer protocol's format."""
-    return {
-        "group_state": g.state_name, "protocol_type": g.protocol_type, "protocol_data": g.assignor,
-        "members": tuple(make(
-            mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
-            client_host=m.client_host, member_metadata=subscription_bytes(m.subscribed_names),
-            member_assignment=assignment_bytes(m.assigned)) for m in g.members.values()),
-    }

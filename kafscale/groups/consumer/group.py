@@ -29,8 +29,8 @@ from kafscale.groups.consumer.member import (
     reported_subset,
 )
 from kafscale.groups.members import CONSUMER_PROTOCOL, State
+from kafscale.protocol.errors import INVALID_REGULAR_EXPRESSION
 
-INVALID_REGULAR_EXPRESSION = 128  # Kafka 4.0's code; kio (pinned) predates it
 LEAVE = -1
 
 
@@ -85,6 +85,9 @@ class ConsumerGroup:
         self.state_since = now
         self.dead = False
         self.store_requested = False
+        # This heartbeat changed the members or what they subscribe to. A change of the subscribed topics'
+        # partitions is a bump of its own, as in Kafka (a group's first member takes it to epoch 2).
+        self._changed = False
         # What the coordinator asks of classic groups too; never set here.
         self.replies: list[object] = []
         self.pending_assignment = None
@@ -170,6 +173,7 @@ class ConsumerGroup:
         """`topics`: every topic that exists now and its partition count (regex subscriptions match among them)."""
         if self.dead:
             return HeartbeatAnswer(ErrorCode.coordinator_not_available)
+        self._changed = False
         invalid = self._invalid(hb, version)
         if invalid is not None:
             return invalid
@@ -191,6 +195,9 @@ class ConsumerGroup:
         before = (member.assigned, member.epoch)
         member = self._update_subscription(member, hb, now)
         self.members[member.member_id] = member  # a joining member counts in the subscriptions and the assignment
+        if self._changed:
+            self._changed = False
+            self.epoch += 1
         self._refresh_subscribed(topics)
         if self.epoch > self.assignment_epoch:
             self._assign(topics)
@@ -266,7 +273,7 @@ class ConsumerGroup:
             self.state_since = now
         if hb.instance_id is not None:
             self.static_members[hb.instance_id] = member_id
-        self.epoch += 1  # a member joins
+        self._changed = True  # a member joins
         return ConsumerMember(member_id=member_id, instance_id=hb.instance_id), None
 
     def _fenced(self, member: ConsumerMember, hb: Heartbeat) -> HeartbeatAnswer | None:
@@ -291,8 +298,7 @@ class ConsumerGroup:
             member.subscribed_regex, changed = hb.subscribed_regex or None, True
         if hb.server_assignor is not None and hb.server_assignor != member.server_assignor:
             member.server_assignor, changed = hb.server_assignor, True
-        if changed and hb.member_epoch != 0:
-            self.epoch += 1
+        self._changed |= changed
         if hb.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = hb.rebalance_timeout_ms
         for name in ("rack_id", "client_id", "client_host"):

@@ -16,6 +16,8 @@ from kafscale.acceptor.handlers import (
     add_partitions_to_txn,
     alter_configs,
     alter_user_scram_credentials,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_acls,
     create_partitions,
     create_topics,
@@ -55,7 +57,7 @@ from kafscale.acceptor.handlers import (
     txn_offset_commit,
     write_txn_markers,
 )
-from kafscale.acceptor.handlers.api_versions import TRANSACTION_VERSION
+from kafscale.acceptor.handlers.api_versions import GROUP_VERSION, TRANSACTION_VERSION
 from kafscale.acceptor.router import Router
 from kafscale.broker.interface import Broker
 from kafscale.protocol.codec import decode_request, request_class, response_class
@@ -71,7 +73,8 @@ HANDLERS += (create_partitions, describe_configs, alter_configs, incremental_alt
              describe_cluster, delete_records, describe_client_quotas, describe_log_dirs)
 # Consumer groups (docs/groups.md).
 HANDLERS += (join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, offset_delete,
-             describe_groups, list_groups, delete_groups, txn_offset_commit)
+             describe_groups, list_groups, delete_groups, txn_offset_commit, consumer_group_heartbeat,
+             consumer_group_describe)
 # Transactions (docs/transactions.md): InitProducerId and FindCoordinator are above.
 HANDLERS += (add_partitions_to_txn, add_offsets_to_txn, end_txn, list_transactions, describe_transactions,
              describe_producers, write_txn_markers)
@@ -95,7 +98,7 @@ async def warm_hot_schemas() -> None:
 
 
 def build_router(broker: Broker) -> Router:
-    router = Router({TRANSACTION_VERSION: broker.config.transaction_version})
+    router = Router({TRANSACTION_VERSION: broker.config.transaction_version, GROUP_VERSION: 1})
     for module in HANDLERS:
         router.register(module.API_KEY, module.MIN_VERSION, module.MAX_VERSION,
                         functools.partial(module.handle, broker), decode=getattr(module, "DECODE", decode_request))

@@ -32,8 +32,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     40: ("ExpireDelegationToken", "delegation tokens are not built"),
     41: ("DescribeDelegationToken", "delegation tokens are not built"),
     49: ("AlterClientQuotas", "client quotas are not built"),
-    68: ("ConsumerGroupHeartbeat", "the KIP-848 consumer group protocol is not built yet (issue 37)"),
-    69: ("ConsumerGroupDescribe", "the KIP-848 consumer group protocol is not built yet (issue 37)"),
     74: ("ListConfigResources", "client metrics resources (KIP-714) are not built"),
     75: ("DescribeTopicPartitions", "not built yet: clients fall back to Metadata"),
     76: ("ShareGroupHeartbeat", SHARE_GROUPS), 77: ("ShareGroupDescribe", SHARE_GROUPS),
@@ -54,8 +52,9 @@ NEWEST: dict[int, tuple[str, int, str]] = {
     18: ("ApiVersions", 4, KIO), 42: ("DeleteGroups", 2, KIO), 60: ("DescribeCluster", 1, KIO),
     35: ("DescribeLogDirs", 4, KIO),
     2: ("ListOffsets", 8, "v9 lists the latest tiered offset (KIP-1005), there are no tiers here; " + KIO),
-    8: ("OffsetCommit", 8, "v9 carries KIP-848 member epochs (issue 37); " + KIO),
-    9: ("OffsetFetch", 8, "v9 carries KIP-848 member epochs (issue 37); " + KIO),
+    8: ("OffsetCommit", 9, "v10 names topics by id (KIP-848's last part); " + KIO),
+    9: ("OffsetFetch", 9, "v10 names topics by id (KIP-848's last part); " + KIO),
+    69: ("ConsumerGroupDescribe", 0, "v1 adds each member's type, classic or consumer (KIP-1099); " + KIO),
     28: ("TxnOffsetCommit", 5, "v6, new in Kafka 4.4, is not built yet; " + KIO),
     10: ("FindCoordinator", 5, "v6 finds share coordinators (KIP-932): " + SHARE_GROUPS),
     27: ("WriteTxnMarkers", 1, "v2 names each marker's transaction version (KIP-1228); Kafscale's coordinators do not "
@@ -108,16 +107,16 @@ def test_every_omission_is_documented() -> None:
     assert missing == []
 
 
-def transaction_version(port: int, version: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None, bool]:
-    """The `transaction.version` feature of an ApiVersions answer of this version: the supported range, the
-    finalized levels, and whether the finalized epoch is one a client takes (>= 0)."""
+def transaction_version(port: int, version: int, name: str = "transaction.version"
+                        ) -> tuple[tuple[int, int] | None, tuple[int, int] | None, bool]:
+    """A feature (`transaction.version` unless named) of an ApiVersions answer of this version: the supported
+    range, the finalized levels, and whether the finalized epoch is one a client takes (>= 0)."""
     with Peer("any", port) as peer:
         answer = peer.call(req(API_VERSIONS, version=version, client_software_name="kafscale-differential",
                                client_software_version="1"))
-    supported = [(int(f.min_version), int(f.max_version)) for f in answer.supported_features
-                 if f.name == "transaction.version"]
+    supported = [(int(f.min_version), int(f.max_version)) for f in answer.supported_features if f.name == name]
     finalized = [(int(f.min_version_level), int(f.max_version_level)) for f in answer.finalized_features
-                 if f.name == "transaction.version"]
+                 if f.name == name]
     return (supported[0] if supported else None, finalized[0] if finalized else None,
             int(answer.finalized_features_epoch) >= 0)
 
@@ -129,3 +128,13 @@ def test_transactions_v2_is_advertised_as_kafka_does(kafka_reference: ReferenceK
         ours, kafkas = transaction_version(kafscale.port, version), transaction_version(kafka_reference.port, version)
         assert ours == kafkas, (version, ours, kafkas)
     assert transaction_version(kafscale.port, 4) == ((0, 2), (2, 2), True)
+
+
+def test_the_consumer_group_protocol_is_advertised_as_kafka_does(kafka_reference: ReferenceKafka,
+                                                                 kafscale: Cluster) -> None:
+    """`group.version` finalized at 1: the consumer group protocol (KIP-848) is served."""
+    for version in (3, 4):
+        ours = transaction_version(kafscale.port, version, "group.version")
+        kafkas = transaction_version(kafka_reference.port, version, "group.version")
+        assert ours == kafkas, (version, ours, kafkas)
+    assert transaction_version(kafscale.port, 4, "group.version")[1] == (1, 1)

@@ -157,6 +157,7 @@ class Live:
                  steps: int) -> None:
         self.name, self.proc, self.stop_file, self.out, self.err, self.steps = name, proc, stop_file, out, err, steps
         self.killed_at: float | None = None  # wall-clock ms, as the events' "t"
+        self.paused_at: float | None = None
 
     def lines(self, prefix: str) -> list[dict[str, Any]]:
         found = []
@@ -174,6 +175,8 @@ class Live:
     def stop(self, timeout: float = 60) -> list[dict[str, Any]]:
         """Asks the steps to end, waits for the JVM, answers the steps' results (AssertionError if it failed)."""
         self.stop_file.touch()
+        if self.paused_at is not None and self.alive():
+            self.resume()
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -184,6 +187,14 @@ class Live:
             raise AssertionError(f"{self.name} exited with {self.proc.returncode} after {len(results)} of "
                                  f"{self.steps} steps\n{self.log()}")
         return results
+
+    def pause(self) -> None:
+        """SIGSTOP: the JVM stays, but neither polls nor heartbeats until resume()."""
+        self.paused_at = time.time() * 1000
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         if self.alive():

@@ -15,6 +15,8 @@ partition when:
 - a member that closes (its leave) hands its partitions to the others at once, well within the session timeout;
 - a member killed with kill -9 keeps its partitions until its session times out, then the other gets them and goes
   on from the killed member's last commits: nothing written is skipped;
+- a member stopped (SIGSTOP) past its session is fenced: the other gets its partitions after the session; resumed,
+  it finds them lost (onPartitionsLost, not a revocation) and rejoins under its own member id;
 - the server-side assignors named by group.remote.assignor: uniform balances two topics' partitions, range gives each
   member the same partition numbers of both topics; each partition has exactly one owner;
 - a regular expression subscription, resolved by the client (java.util.regex.Pattern) or by the broker
@@ -358,6 +360,42 @@ def test_a_killed_member_s_partitions_move_after_its_session_and_reading_resumes
     skipped = sorted(written - set(g.consumed()))
     assert not skipped, f"{g.broker.name}: never read: {skipped[:20]}"
     assert_read_only_what_owned(g, assert_one_owner_at_a_time(g))
+
+
+def test_a_member_paused_past_its_session_is_fenced_finds_its_partitions_lost_and_rejoins(group: Group) -> None:
+    g, topic = group, f"kip848-pause-{uuid.uuid4().hex[:8]}"
+    everything = partitions_of(topic, 6)
+    g.setup({topic: 6})
+    g.produce(topic, 6)
+    g.member("a", {"topics": [topic]})
+    g.member("b", {"topics": [topic]})
+    g.wait("a and b own three partitions each", lambda: g.shares("a", "b", partitions=everything) == [3, 3])
+    held = g.assignments("b")["b"]
+    g.wait("b reads each of its partitions", lambda: {tp for tp, _ in g.consumed("b")} >= held)
+    a, b = g.members["a"], g.members["b"]
+    member_id = b.events("assignment")[-1]["member_id"]
+    b.pause()  # SIGSTOP: no heartbeats, but the JVM and its connections stay
+    assert b.paused_at is not None
+    g.wait("a owns all six partitions", lambda: g.shares("a", partitions=everything) == [6],
+           timeout=SESSION_MS / 1000 + 30)
+    for p in held:
+        moved = assigned_since(a, p, b.paused_at) - b.paused_at
+        assert SESSION_MS - 2 * HEARTBEAT_MS <= moved <= SESSION_MS + 15_000, (
+            f"{g.broker.name}: {p} went to a {moved:.0f} ms after b stopped (session {SESSION_MS} ms)\n{g.log()}")
+    b.resume()
+    g.wait("b, fenced, rejoins and a and b own three partitions each again",
+           lambda: b.events("lost") and g.shares("a", "b", partitions=everything) == [3, 3])
+    written = g.stop_producing()
+    g.wait(f"all {len(written)} records written are read", lambda: written <= set(g.consumed()))
+    g.stop("a")
+    g.stop("b")
+
+    # the fenced member is told its partitions are lost (they were someone else's already), not asked to revoke them
+    gone = [e for e in b.events() if e["event"] in ("revoked", "lost") and e["t"] >= b.paused_at]
+    assert gone[0]["event"] == "lost" and set(gone[0]["partitions"]) == held, f"{g.broker.name}: {gone}\n{g.log()}"
+    assert b.events("assignment")[-1]["member_id"] == member_id, g.log()  # it rejoined under its own id
+    skipped = sorted(written - set(g.consumed()))
+    assert not skipped, f"{g.broker.name}: never read: {skipped[:20]}"
 
 
 @pytest.mark.parametrize("assignor", ["uniform", "range"])

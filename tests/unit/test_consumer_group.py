@@ -248,3 +248,23 @@ def test_range_gives_each_member_consecutive_partitions_of_each_topic() -> None:
     subs = {m: frozenset({"t", "u"}) for m in "ab"}
     assert range_(subs, {"t": 5, "u": 2}, {}) == {"a": {"t": frozenset({0, 1, 2}), "u": frozenset({0})},
                                                   "b": {"t": frozenset({3, 4}), "u": frozenset({1})}}
+
+
+def test_a_member_that_lost_the_answer_carrying_its_assignment_gets_it_again() -> None:
+    """The answer giving a its new epoch and fewer partitions was lost; its client resends the heartbeat it timed
+    out on (previous epoch, the partitions it still has). The answer repeats the assignment, or a would keep
+    partitions the group believes it gave up."""
+    g = ConsumerGroup("g", SETTINGS, 0)
+    a = join(g, "a")
+    join(g, "b")
+    told = beat(g, "a", a.member_epoch, as_owned(parts(a)))  # told to revoke: this answer arrives
+    confirmed = beat(g, "a", told.member_epoch, as_owned(parts(told)))  # confirmation: new epoch, same partitions
+    assert confirmed.member_epoch > a.member_epoch
+    assert confirmed.assignment is None  # nothing changed in what it owns: nothing to repeat
+    # Lost: a resends a heartbeat at the previous epoch, still owning every partition.
+    again = beat(g, "a", told.member_epoch, as_owned(parts(a)))
+    assert again.error == ErrorCode.fenced_member_epoch  # it owns what it was told to give up: Kafka fences it
+    resent = beat(g, "a", told.member_epoch, as_owned(parts(told)))
+    assert resent.error == ErrorCode.none and resent.assignment is None  # owns what it is assigned
+    drifted = beat(g, "a", confirmed.member_epoch, as_owned({("t", 0)}))  # says it owns less than assigned
+    assert drifted.assignment is not None and parts(drifted) == parts(told)

@@ -186,7 +186,7 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = field(default=6_000, metadata={"help": "shortest consumer session allowed"})
     group_max_session_timeout_ms: int = field(default=1_800_000, metadata={"help": "longest consumer session"})
     group_consumer_session_timeout_ms: int = field(default=45_000, metadata={
-        "help": "session of a member of a consumer-protocol group (KIP-848; Kafka's group.consumer.session.timeout.ms)"})
+        "help": "session of a member of a consumer-protocol group (KIP-848; group.consumer.session.timeout.ms)"})
     group_consumer_min_session_timeout_ms: int = field(default=45_000, metadata={
         "help": "lower bound of group_consumer_session_timeout_ms"})
     group_consumer_max_session_timeout_ms: int = field(default=60_000, metadata={

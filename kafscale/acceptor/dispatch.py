@@ -16,6 +16,8 @@ from kafscale.acceptor.handlers import (
     add_partitions_to_txn,
     alter_configs,
     alter_user_scram_credentials,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_acls,
     create_partitions,
     create_topics,
@@ -71,7 +73,8 @@ HANDLERS += (create_partitions, describe_configs, alter_configs, incremental_alt
              describe_cluster, delete_records, describe_client_quotas, describe_log_dirs)
 # Consumer groups (docs/groups.md).
 HANDLERS += (join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, offset_delete,
-             describe_groups, list_groups, delete_groups, txn_offset_commit)
+             describe_groups, list_groups, delete_groups, txn_offset_commit, consumer_group_heartbeat,
+             consumer_group_describe)
 # Transactions (docs/transactions.md): InitProducerId and FindCoordinator are above.
 HANDLERS += (add_partitions_to_txn, add_offsets_to_txn, end_txn, list_transactions, describe_transactions,
              describe_producers, write_txn_markers)

@@ -43,7 +43,7 @@ from kafscale.cluster.placement import Placement, ShardAddress
 from kafscale.cluster.topics import TopicInfo, TopicRegistry
 from kafscale.cluster.virtual import VirtualMapping
 from kafscale.config import BrokerConfig
-from kafscale.groups.registry import GroupRegistry, group_settings
+from kafscale.groups.registry import GroupRegistry, consumer_group_settings, group_settings
 from kafscale.security.acls import Acls
 from kafscale.security.credentials import Credentials
 from kafscale.storage.async_store import AsyncObjectStore
@@ -105,7 +105,7 @@ class ShardCore:
         self.groups = GroupRegistry(shard_id, self.meta, group_settings(config), owns=self._coordinates,
                                     offsets_retention_ms=config.offsets_retention_minutes * 60_000,
                                     retention_check_interval_s=config.offsets_retention_check_interval_ms / 1000,
-                                    topic=self.topics.get)
+                                    topic=self.topics.get, consumer_settings=consumer_group_settings(config))
         self.transactions = TransactionRegistry(shard_id, self.meta, txn_settings(config), owns=self._coordinates,
                                                 allocate_producer_id=self.allocate_producer_id,
                                                 write_marker=self.write_txn_marker,

@@ -39,9 +39,11 @@ def list_groups(args: argparse.Namespace) -> int:
     result = wait(client.list_consumer_groups(request_timeout=args.timeout), args, "list groups")
     for error in result.errors:
         print(f"kafscale: a broker did not list its groups: {error}", file=sys.stderr)
-    groups = sorted(({"group": g.group_id, "state": g.state.name if g.state else "UNKNOWN"} for g in result.valid),
-                    key=lambda g: g["group"])
-    emit(args, groups, lambda d: table([[g["group"], g["state"]] for g in d], ["GROUP", "STATE"]) if d else "no groups")
+    groups = sorted(({"group": g.group_id, "state": g.state.name if g.state else "UNKNOWN",
+                      "type": g.type.name if getattr(g, "type", None) is not None else "UNKNOWN"}
+                     for g in result.valid), key=lambda g: g["group"])
+    emit(args, groups, lambda d: table([[g["group"], g["state"], g["type"].lower()] for g in d],
+                                       ["GROUP", "STATE", "TYPE"]) if d else "no groups")
     return 0
 
 
@@ -74,7 +76,13 @@ def describe(args: argparse.Namespace) -> int:
              for tp in (m.assignment.topic_partitions if m.assignment else [])}
     data = {
         "group": args.group, "state": desc.state.name if desc.state else "UNKNOWN",
-        "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.host} for m in desc.members],
+        "type": desc.type.name if getattr(desc, "type", None) is not None else "UNKNOWN",
+        "assignor": desc.partition_assignor or "",
+        "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.host,
+                     "assignment": _partitions(m.assignment),
+                     # KIP-848 groups: where the broker's assignor is taking the member (classic groups: none)
+                     "target_assignment": _partitions(m.target_assignment)
+                     if getattr(m, "target_assignment", None) is not None else None} for m in desc.members],
         "offsets": [{"topic": t, "partition": p, "committed": c, "latest": latest.get((t, p), -1),
                      "lag": max(latest.get((t, p), c) - c, 0), "member": owner.get((t, p))}
                     for (t, p), c in sorted(committed.items())],
@@ -83,10 +91,29 @@ def describe(args: argparse.Namespace) -> int:
     def text(d: dict[str, Any]) -> str:
         rows = [[o["topic"], o["partition"], o["committed"], o["latest"], o["lag"], o["member"] or "-"]
                 for o in d["offsets"]]
-        return (f"group {d['group']}: {d['state']}, {len(d['members'])} member(s)\n\n"
-                + table(rows, ["TOPIC", "PARTITION", "COMMITTED", "LATEST", "LAG", "MEMBER"]))
+        members = [[m["member_id"], m["client_id"], m["host"], _spans(m["assignment"]),
+                    "-" if m["target_assignment"] is None else _spans(m["target_assignment"])]
+                   for m in d["members"]]
+        head = (f"group {d['group']}: {d['state']}, {d['type'].lower()} protocol"
+                f"{', assignor ' + d['assignor'] if d['assignor'] else ''}, {len(d['members'])} member(s)\n\n")
+        if members:
+            head += table(members, ["MEMBER", "CLIENT", "HOST", "ASSIGNED", "TARGET"]) + "\n\n"
+        return head + table(rows, ["TOPIC", "PARTITION", "COMMITTED", "LATEST", "LAG", "MEMBER"])
     emit(args, data, text)
     return 0
+
+
+def _partitions(assignment: Any) -> list[list[Any]]:
+    """[[topic, partition], ...] of a member's assignment, sorted."""
+    return sorted([tp.topic, tp.partition] for tp in (assignment.topic_partitions if assignment else []))
+
+
+def _spans(partitions: list[list[Any]]) -> str:
+    """topic:0,1,2 per topic, or "-"."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in by_topic.items()) or "-"
 
 
 def reset_offsets(args: argparse.Namespace) -> int:

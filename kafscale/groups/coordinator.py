@@ -23,8 +23,10 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.cluster import keys
 from kafscale.groups import txn_offsets
+from kafscale.groups.consumer.group import ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer
+from kafscale.groups.consumer.stored import consumer_group_value
 from kafscale.groups.offsets import OffsetEntry, TopicPartition, expired_offsets
-from kafscale.groups.state import Group, JoinResult, State, SyncResult
+from kafscale.groups.state import Group, GroupSettings, JoinResult, State, SyncResult
 from kafscale.groups.stored import group_value
 from kafscale.groups.txn_offsets import PendingOffsets, parse_pending
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
@@ -39,11 +41,15 @@ class CoordinatorFenced(Exception):
 
 
 class GroupCoordinator:
-    def __init__(self, group: Group, *, meta: MetadataStore, revision: int, offsets: dict[TopicPartition, OffsetEntry],
-                 persisted: bool, on_dead: Callable[[GroupCoordinator], None],
-                 pending: dict[int, PendingOffsets] | None = None) -> None:
+    def __init__(self, group: Group | ConsumerGroup, *, meta: MetadataStore, revision: int,
+                 offsets: dict[TopicPartition, OffsetEntry], persisted: bool,
+                 on_dead: Callable[[GroupCoordinator], None], pending: dict[int, PendingOffsets] | None = None,
+                 classic: GroupSettings | None = None, consumer: ConsumerSettings | None = None) -> None:
         self.group_id = group.group_id
-        self.group = group
+        # Either protocol's group: an empty group of one kind becomes the other when the other protocol joins it.
+        self.group: Group | ConsumerGroup = group
+        self.classic_settings = classic or GroupSettings()
+        self.consumer_settings = consumer or ConsumerSettings()
         self.offsets = offsets
         self.pending = pending or {}  # TxnOffsetCommit offsets of open transactions, by producer id
         self.meta = meta
@@ -71,10 +77,44 @@ class GroupCoordinator:
     # ---------------------------------------------------------------- membership
 
     async def join(self, **request: Any) -> JoinResult:
+        async with self._lock:
+            if isinstance(self.group, ConsumerGroup):
+                if self.group.state is not State.EMPTY:
+                    return JoinResult(ErrorCode.inconsistent_group_protocol, request.get("member_id", ""))
+                self._convert(Group(self.group_id, self.classic_settings, time.time()))
         return await self._call(self.group.join, request)
 
     async def sync(self, **request: Any) -> SyncResult:
+        if isinstance(self.group, ConsumerGroup):
+            return SyncResult(ErrorCode.unknown_member_id)
         return await self._call(self.group.sync, request)
+
+    async def consumer_heartbeat(self, hb: Heartbeat, topics: dict[str, int], version: int) -> HeartbeatAnswer:
+        """ConsumerGroupHeartbeat: the group's answer, after the change it made is stored."""
+        async with self._lock:
+            if not isinstance(self.group, ConsumerGroup):
+                if self.group.state is State.DEAD:
+                    return HeartbeatAnswer(ErrorCode.coordinator_not_available)
+                if self.group.state is not State.EMPTY or self.group.pending_members:
+                    return HeartbeatAnswer(ErrorCode.group_id_not_found,
+                                           f"Group {self.group_id} is not a consumer group.")
+                self._convert(ConsumerGroup(self.group_id, self.consumer_settings, time.time()))
+            group = self.group
+            answer = group.heartbeat(time.time(), hb, topics, version)
+            if group.store_requested:
+                group.store_requested = False
+                error = await self._store_group(None)
+                if error != ErrorCode.none:
+                    return HeartbeatAnswer(error)
+            self._wake.set()  # sessions and revocation deadlines moved
+            return answer
+
+    def _convert(self, group: Group | ConsumerGroup) -> None:
+        """An empty group joined through the other protocol becomes a group of that protocol (as Kafka 4 does);
+        its committed offsets stay."""
+        log.info("group %s: empty %s group becomes a %s group", self.group_id,
+                 type(self.group).__name__, type(group).__name__)
+        self.group = group
 
     async def _call(self, method: Callable[..., Any], request: dict[str, Any]) -> Any:
         async with self._lock:
@@ -93,10 +133,14 @@ class GroupCoordinator:
 
     async def heartbeat(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
         async with self._lock:
+            if isinstance(self.group, ConsumerGroup):
+                return ErrorCode.unknown_member_id
             return self.group.heartbeat(time.time(), member_id, instance_id, generation)
 
     async def leave(self, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
         async with self._lock:
+            if isinstance(self.group, ConsumerGroup):
+                return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
             result = self.group.leave(time.time(), members)
             await self._settle()
             return result
@@ -124,9 +168,14 @@ class GroupCoordinator:
                 break
         self._wake.set()
 
+    def _group_value(self, assignment: dict[str, bytes] | None = None) -> dict[str, Any]:
+        if isinstance(self.group, ConsumerGroup):
+            return consumer_group_value(self.group)
+        return group_value(self.group, assignment)
+
     async def _store_group(self, assignment: dict[str, bytes] | None) -> ErrorCode:
         try:
-            await self._write([Put(keys.group(self.group_id), group_value(self.group, assignment))])
+            await self._write([Put(keys.group(self.group_id), self._group_value(assignment))])
         except CoordinatorFenced:
             self._fenced()
             return ErrorCode.not_coordinator
@@ -160,15 +209,18 @@ class GroupCoordinator:
     # ---------------------------------------------------------------- offsets
 
     async def commit(self, member_id: str, instance_id: str | None, generation: int,
-                     entries: Sequence[tuple[str, int, OffsetEntry]]) -> ErrorCode:
+                     entries: Sequence[tuple[str, int, OffsetEntry]], api_version: int = 9) -> ErrorCode:
         """Validate against the group, then make the offsets durable (fenced) before the caller answers."""
         async with self._lock:
-            error = self.group.check_commit(time.time(), member_id, instance_id, generation)
+            if isinstance(self.group, ConsumerGroup):
+                error = self.group.check_commit(member_id, generation, api_version=api_version, transactional=False)
+            else:
+                error = self.group.check_commit(time.time(), member_id, instance_id, generation)
             if error != ErrorCode.none or not entries:
                 return error
             ops: list[Op] = [Put(keys.group_offset(self.group_id, t, p), e.to_value()) for t, p, e in entries]
             if not self._persisted:  # a standalone group becomes visible (ListGroups) with its first commit
-                ops.insert(0, Put(keys.group(self.group_id), group_value(self.group)))
+                ops.insert(0, Put(keys.group(self.group_id), self._group_value()))
             error = await self._write_offsets(ops)
             if error == ErrorCode.none:
                 self._persisted = True
@@ -287,7 +339,10 @@ class GroupCoordinator:
         """TxnOffsetCommit: the offsets join the producer's pending record, durable (fenced) before the answer;
         OffsetFetch does not see them until the transaction commits (complete_txn)."""
         async with self._lock:
-            error = txn_offsets.check_txn_commit(self.group, member_id, instance_id, generation)
+            if isinstance(self.group, ConsumerGroup):
+                error = self.group.check_commit(member_id, generation, api_version=0, transactional=True)
+            else:
+                error = txn_offsets.check_txn_commit(self.group, member_id, instance_id, generation)
             if error == ErrorCode.none:
                 error = txn_offsets.check_epoch(self.pending, producer_id, producer_epoch)
             if error != ErrorCode.none or not entries:
@@ -296,7 +351,7 @@ class GroupCoordinator:
                                              transactional_id, entries, int(time.time() * 1000))
             ops: list[Op] = [Put(keys.group_txn_offset(self.group_id, producer_id), record.to_value())]
             if not self._persisted:  # as a standalone commit: the group must exist for a reload to find it
-                ops.insert(0, Put(keys.group(self.group_id), group_value(self.group)))
+                ops.insert(0, Put(keys.group(self.group_id), self._group_value()))
             error = await self._write_offsets(ops)
             if error == ErrorCode.none:
                 self._persisted = True

@@ -23,6 +23,8 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.cluster import keys
 from kafscale.config import BrokerConfig
+from kafscale.groups.consumer.group import ConsumerGroup, ConsumerSettings
+from kafscale.groups.consumer.stored import is_consumer_group, load_consumer_group
 from kafscale.groups.coordinator import GroupCoordinator, parse_offsets
 from kafscale.groups.offsets import OffsetEntry, TopicPartition
 from kafscale.groups.state import Group, GroupSettings, State
@@ -39,10 +41,12 @@ log = logging.getLogger(__name__)
 class GroupRegistry:
     def __init__(self, shard_id: int, meta: MetadataStore, settings: GroupSettings, *, owns: Callable[[str], bool],
                  offsets_retention_ms: int, retention_check_interval_s: float,
-                 topic: Callable[[str], Awaitable[TopicInfo | None]] | None = None) -> None:
+                 topic: Callable[[str], Awaitable[TopicInfo | None]] | None = None,
+                 consumer_settings: ConsumerSettings | None = None) -> None:
         self.shard_id = shard_id
         self.meta = meta
         self.settings = settings
+        self.consumer_settings = consumer_settings or ConsumerSettings()
         self.owns = owns  # is this shard the coordinator of a group id?
         self.topic = topic  # the topic of a name as it exists now; None: every committed offset counts
         self.offsets_retention_ms = offsets_retention_ms
@@ -116,16 +120,22 @@ class GroupRegistry:
         offsets = parse_offsets(group_id, await self.meta.range(keys.group_offsets(group_id)))
         pending = parse_pending(group_id, await self.meta.range(keys.group_txn_offsets(group_id)))
         now = time.time()
-        group = (load_group(group_id, record.value, self.settings, now) if record is not None
-                 else Group(group_id, self.settings, now))
+        group: Group | ConsumerGroup
+        if record is None:
+            group = Group(group_id, self.settings, now)
+        elif is_consumer_group(record.value):
+            group = load_consumer_group(group_id, record.value, self.consumer_settings, now)
+        else:
+            group = load_group(group_id, record.value, self.settings, now)
         coordinator = GroupCoordinator(group, meta=self.meta, revision=revision, offsets=offsets,
-                                       persisted=record is not None, on_dead=self._dropped, pending=pending)
+                                       persisted=record is not None, on_dead=self._dropped, pending=pending,
+                                       classic=self.settings, consumer=self.consumer_settings)
         if self.closed or not self.owns(group_id):
             raise MetadataStoreError("shard is stopping" if self.closed else f"group {group_id} moved away")
         self.groups[group_id] = coordinator
         coordinator.start()
-        log.info("group %s loaded: %s, generation %d, %d members, %d offsets, %d open transactions", group_id,
-                 group.state.value, group.generation, len(group.members), len(offsets), len(pending))
+        log.info("group %s loaded: %s %s, generation %d, %d members, %d offsets, %d open transactions", group_id,
+                 group.group_type, group.state_name, group.generation, len(group.members), len(offsets), len(pending))
         return coordinator
 
     async def _take_epoch(self, group_id: str) -> int:
@@ -233,6 +243,12 @@ class GroupRegistry:
     async def committed(self, group_id: str) -> dict[TopicPartition, int]:
         live = await self.live_offsets(await self.get(group_id))
         return {tp: e.offset for tp, e in live.items()}
+
+
+def consumer_group_settings(config: BrokerConfig) -> ConsumerSettings:
+    return ConsumerSettings(session_timeout_ms=config.group_consumer_session_timeout_ms,
+                            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+                            assignors=tuple(config.consumer_assignors()), max_size=config.group_consumer_max_size)
 
 
 def group_settings(config: BrokerConfig) -> GroupSettings:

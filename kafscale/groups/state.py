@@ -37,6 +37,8 @@ __all__ = ["CONSUMER_PROTOCOL", "Group", "GroupSettings", "JoinResult", "Member"
 
 
 class Group:
+    group_type = "classic"
+
     def __init__(self, group_id: str, settings: GroupSettings, now: float) -> None:
         self.group_id = group_id
         self.settings = settings
@@ -60,6 +62,10 @@ class Group:
         self.store_requested = False
 
     # ------------------------------------------------------------------ queries
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

@@ -11,16 +11,41 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 __all__ = [
+    "INVALID_REGULAR_EXPRESSION",
     "ErrorCode",
     "InvalidFrameSize",
     "InvalidRequestHeader",
     "MalformedRequest",
+    "NewerErrorCode",
     "ProtocolError",
     "UnknownApiKey",
     "UnsupportedApiVersion",
     "error_code",
     "is_retriable",
 ]
+
+
+class NewerErrorCode(int):
+    """A code Kafka added after kio 0.6.2 (pinned) was generated: an int that kio's writer takes as it takes an
+    ErrorCode (it writes `.value`), and that compares equal to its number."""
+
+    def __new__(cls, value: int, name: str) -> NewerErrorCode:
+        code = super().__new__(cls, value)
+        code._name = name
+        return code
+
+    @property
+    def value(self) -> int:
+        return int(self)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    _name: str
+
+
+INVALID_REGULAR_EXPRESSION = NewerErrorCode(128, "invalid_regular_expression")
 
 
 def error_code(value: int | ErrorCode) -> ErrorCode:

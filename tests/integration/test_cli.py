@@ -163,3 +163,30 @@ def test_group_commands(broker_embedded: Cluster, capsys: pytest.CaptureFixture[
     assert code == 0 and f"deleted group {group}" in out
     code, out, _ = cli(capsys, broker_embedded, "group", "list", "-o", "json")
     assert group not in [g["group"] for g in json.loads(out)]
+
+
+def test_group_describe_shows_a_consumer_protocol_group_with_its_target_assignment(
+        broker_embedded: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """A KIP-848 member (group.protocol=consumer): list says its type, describe its assignor and, per member, the
+    partitions it owns and its target (equal once reconciled)."""
+    from confluent_kafka import Consumer
+
+    topic, group = unique_topic("cli-kip848"), unique_topic("cli-kip848-g")
+    assert cli(capsys, broker_embedded, "topic", "create", topic, "-p", "3")[0] == 0
+    consumer = Consumer({"bootstrap.servers": broker_embedded.bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "group.remote.assignor": "range"})
+    try:
+        consumer.subscribe([topic])
+        wait_until(lambda: consumer.poll(0.2) is None and len(consumer.assignment()) == 3,
+                   what="the member's assignment")
+        code, out, _ = cli(capsys, broker_embedded, "group", "list", "-o", "json")
+        assert code == 0 and {"group": group, "state": "STABLE", "type": "CONSUMER"} in json.loads(out)
+        code, out, _ = cli(capsys, broker_embedded, "group", "describe", group, "-o", "json")
+        described = json.loads(out)
+        assert code == 0 and (described["type"], described["assignor"]) == ("CONSUMER", "range")
+        [member] = described["members"]
+        assert member["assignment"] == member["target_assignment"] == [[topic, 0], [topic, 1], [topic, 2]]
+        code, out, _ = cli(capsys, broker_embedded, "group", "describe", group)
+        assert code == 0 and "consumer protocol, assignor range" in out and f"{topic}:0,1,2" in out
+    finally:
+        consumer.close()

@@ -1,4 +1,6 @@
 """DescribeGroups v0-v5: state, protocol, and members with client id, host, metadata and assignment.
+A consumer-protocol group (KIP-848) is not a classic group: like Kafka 4.4, these versions report it Dead
+(ConsumerGroupDescribe describes it).
 
 As in Kafka 4, a member's metadata is shown only while the group is Stable, its current assignment in every state,
 and a group that does not exist is reported as Dead without an error.
@@ -20,6 +22,7 @@ from kafscale.acceptor.handlers.common import (
 )
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
+from kafscale.groups.consumer.group import ConsumerGroup
 from kafscale.groups.state import State
 from kafscale.security.acl import Operation, ResourceType
 
@@ -40,7 +43,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         error, coordinator = await broker.groups.lookup(group_id)
         if error == ErrorCode.none:
             fields["group_state"] = State.DEAD.value
-        if coordinator is not None:
+        if coordinator is not None and not isinstance(coordinator.group, ConsumerGroup):
             g = coordinator.group
             stable = g.state is State.STABLE
             fields = {
@@ -57,3 +60,4 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                            if wanted else NOT_REQUESTED,
                            **fields))
     return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+

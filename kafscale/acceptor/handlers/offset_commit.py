@@ -1,5 +1,6 @@
-"""OffsetCommit v0-v8: group members (checked against member id and generation) and standalone commits
-(generation -1, into a group that has no members). Acknowledged only once durable in the metadata store:
+"""OffsetCommit v0-v9: group members (checked against member id and generation, or member epoch in a
+consumer-protocol group, which takes v9 or later as in Kafka) and standalone commits (generation -1, into a
+group that has no members). Acknowledged only once durable in the metadata store:
 every partition of the request in one fenced transaction (kafscale/groups/coordinator.py).
 
 v0 names no member and no generation: it is a standalone commit. (ZooKeeper-era Kafka kept v0 commits in
@@ -20,7 +21,7 @@ from kafscale.broker.interface import Broker
 from kafscale.groups.offsets import MAX_METADATA_BYTES, OffsetEntry
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = 8, 0, 8
+API_KEY, MIN_VERSION, MAX_VERSION = 8, 0, 9
 
 
 async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -68,7 +69,7 @@ async def _commit(req: Any, broker: Broker, ctx: RequestContext) -> dict[tuple[s
             error = ErrorCode.illegal_generation
         else:
             error = await coordinator.commit(getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
-                                             generation, entries)
+                                             generation, entries, ctx.api_version)
     for t, p, _ in entries:
         errors[(t, p)] = error
     return errors

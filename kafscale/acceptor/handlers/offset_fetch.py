@@ -1,5 +1,6 @@
-"""OffsetFetch v0-v8: committed offsets (-1 where nothing is committed), every committed partition when no
-topics are named (v2+), several groups in one request (v8).
+"""OffsetFetch v0-v9: committed offsets (-1 where nothing is committed), every committed partition when no
+topics are named (v2+), several groups in one request (v8); v9 names the member asking, and a member of a
+consumer-protocol group (KIP-848) must ask at its current epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
 
 require_stable (v7+, KIP-447; a read_committed consumer asks it): a partition with offsets in an open
 transaction (TxnOffsetCommit, kafscale/groups/txn_offsets.py) answers UNSTABLE_OFFSET_COMMIT and offset -1, as
@@ -19,9 +20,10 @@ from kio.schema.errors import ErrorCode
 from kafscale.acceptor.handlers.common import NO_THROTTLE, allowed, make, response_module
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker
+from kafscale.groups.consumer.group import ConsumerGroup
 from kafscale.security.acl import Operation, ResourceType
 
-API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 8
+API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 9
 
 # (topic, [(partition, offset, leader epoch, metadata, error)])
 Topics = list[tuple[str, list[tuple[int, int, int, str, ErrorCode]]]]
@@ -33,7 +35,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 8:
         groups = []
         for g in req.groups:
-            error, topics = await _fetch(broker, ctx, g.group_id, g.topics, stable)
+            error = await _check_member(broker, g.group_id, getattr(g, "member_id", None),
+                                        getattr(g, "member_epoch", -1))
+            error, topics = (error, []) if error != ErrorCode.none else await _fetch(broker, ctx, g.group_id,
+                                                                                     g.topics, stable)
             groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
                                topics=_topics(mod, topics, "OffsetFetchResponseTopics",
                                               "OffsetFetchResponsePartitions")))
@@ -44,6 +49,17 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         topics = [(t.name, [(p, -1, -1, "", error) for p in t.partition_indexes]) for t in req.topics]
     return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
                 topics=_topics(mod, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
+
+
+async def _check_member(broker: Broker, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+    """v9: a member of a consumer-protocol group reads at its current epoch. Checked where this shard coordinates
+    the group (a client asks its coordinator); a request that reached another shard is answered unchecked."""
+    if member_id is None and member_epoch < 0:
+        return ErrorCode.none
+    error, coordinator = await broker.groups.lookup(group_id)
+    if error == ErrorCode.none and coordinator is not None and isinstance(coordinator.group, ConsumerGroup):
+        return coordinator.group.check_fetch(member_id, member_epoch)
+    return ErrorCode.none
 
 
 async def _fetch(broker: Broker, ctx: RequestContext, group_id: str, requested: Any,

@@ -57,7 +57,7 @@ from kafscale.acceptor.handlers import (
     txn_offset_commit,
     write_txn_markers,
 )
-from kafscale.acceptor.handlers.api_versions import TRANSACTION_VERSION
+from kafscale.acceptor.handlers.api_versions import GROUP_VERSION, TRANSACTION_VERSION
 from kafscale.acceptor.router import Router
 from kafscale.broker.interface import Broker
 from kafscale.protocol.codec import decode_request, request_class, response_class
@@ -98,7 +98,7 @@ async def warm_hot_schemas() -> None:
 
 
 def build_router(broker: Broker) -> Router:
-    router = Router({TRANSACTION_VERSION: broker.config.transaction_version})
+    router = Router({TRANSACTION_VERSION: broker.config.transaction_version, GROUP_VERSION: 1})
     for module in HANDLERS:
         router.register(module.API_KEY, module.MIN_VERSION, module.MAX_VERSION,
                         functools.partial(module.handle, broker), decode=getattr(module, "DECODE", decode_request))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from typing import Any
 
@@ -72,6 +73,8 @@ def describe(args: argparse.Namespace) -> int:
                 f"describe {args.group!r}", {"GROUP_ID_NOT_FOUND": "List groups with `kafscale group list`."})
     committed = _committed(client, args, args.group)
     latest = _offsets(client, args, sorted(committed), OffsetSpec.latest())
+    consumer_protocol = getattr(desc, "type", None) is not None and desc.type.name == "CONSUMER"
+    epochs = _member_epochs(args, args.group) if consumer_protocol and desc.members else {}
     owner = {(tp.topic, tp.partition): m.member_id for m in desc.members
              for tp in (m.assignment.topic_partitions if m.assignment else [])}
     data = {
@@ -82,7 +85,8 @@ def describe(args: argparse.Namespace) -> int:
                      "assignment": _partitions(m.assignment),
                      # KIP-848 groups: where the broker's assignor is taking the member (classic groups: none)
                      "target_assignment": _partitions(m.target_assignment)
-                     if getattr(m, "target_assignment", None) is not None else None} for m in desc.members],
+                     if getattr(m, "target_assignment", None) is not None else None,
+                     "epoch": epochs.get(m.member_id)} for m in desc.members],
         "offsets": [{"topic": t, "partition": p, "committed": c, "latest": latest.get((t, p), -1),
                      "lag": max(latest.get((t, p), c) - c, 0), "member": owner.get((t, p))}
                     for (t, p), c in sorted(committed.items())],
@@ -91,16 +95,48 @@ def describe(args: argparse.Namespace) -> int:
     def text(d: dict[str, Any]) -> str:
         rows = [[o["topic"], o["partition"], o["committed"], o["latest"], o["lag"], o["member"] or "-"]
                 for o in d["offsets"]]
-        members = [[m["member_id"], m["client_id"], m["host"], _spans(m["assignment"]),
-                    "-" if m["target_assignment"] is None else _spans(m["target_assignment"])]
+        members = [[m["member_id"], m["client_id"], m["host"], "-" if m["epoch"] is None else m["epoch"],
+                    _spans(m["assignment"]), "-" if m["target_assignment"] is None else _spans(m["target_assignment"])]
                    for m in d["members"]]
         head = (f"group {d['group']}: {d['state']}, {d['type'].lower()} protocol"
                 f"{', assignor ' + d['assignor'] if d['assignor'] else ''}, {len(d['members'])} member(s)\n\n")
         if members:
-            head += table(members, ["MEMBER", "CLIENT", "HOST", "ASSIGNED", "TARGET"]) + "\n\n"
+            head += table(members, ["MEMBER", "CLIENT", "HOST", "EPOCH", "ASSIGNED", "TARGET"]) + "\n\n"
         return head + table(rows, ["TOPIC", "PARTITION", "COMMITTED", "LATEST", "LAG", "MEMBER"])
     emit(args, data, text)
     return 0
+
+
+def _member_epochs(args: argparse.Namespace, group: str) -> dict[str, int]:
+    """Each member's epoch in a consumer-protocol group, from ConsumerGroupDescribe at the group's coordinator:
+    librdkafka's admin API does not give them. Asked over a plain connection, so not when -X configures the client
+    (TLS or SASL); then, or if the cluster cannot answer, the epochs are left out."""
+    if args.client_config:
+        return {}
+    host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
+    try:
+        return asyncio.run(asyncio.wait_for(_ask_epochs(host, int(port), group), args.timeout))
+    except Exception:  # an extra column, never a reason to fail the command
+        return {}
+
+
+async def _ask_epochs(host: str, port: int, group: str) -> dict[str, int]:
+    from kafscale.protocol.codec import make, request_class
+    from kafscale.proxy.upstream import Link
+
+    bootstrap = Link(host, port, "kafscale-cli")
+    try:
+        found = await bootstrap.send(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)), 10)
+    finally:
+        bootstrap.close()
+    [coordinator] = found.coordinators
+    link = Link(coordinator.host, coordinator.port, "kafscale-cli")
+    try:
+        answer = await link.send(make(request_class(69, 0), group_ids=(group,), include_authorized_operations=False),
+                                 10)
+    finally:
+        link.close()
+    return {m.member_id: int(m.member_epoch) for g in answer.groups if g.error_code == 0 for m in g.members}
 
 
 def _partitions(assignment: Any) -> list[list[Any]]:

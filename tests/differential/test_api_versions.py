@@ -107,16 +107,16 @@ def test_every_omission_is_documented() -> None:
     assert missing == []
 
 
-def transaction_version(port: int, version: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None, bool]:
-    """The `transaction.version` feature of an ApiVersions answer of this version: the supported range, the
-    finalized levels, and whether the finalized epoch is one a client takes (>= 0)."""
+def transaction_version(port: int, version: int, name: str = "transaction.version"
+                        ) -> tuple[tuple[int, int] | None, tuple[int, int] | None, bool]:
+    """A feature (`transaction.version` unless named) of an ApiVersions answer of this version: the supported
+    range, the finalized levels, and whether the finalized epoch is one a client takes (>= 0)."""
     with Peer("any", port) as peer:
         answer = peer.call(req(API_VERSIONS, version=version, client_software_name="kafscale-differential",
                                client_software_version="1"))
-    supported = [(int(f.min_version), int(f.max_version)) for f in answer.supported_features
-                 if f.name == "transaction.version"]
+    supported = [(int(f.min_version), int(f.max_version)) for f in answer.supported_features if f.name == name]
     finalized = [(int(f.min_version_level), int(f.max_version_level)) for f in answer.finalized_features
-                 if f.name == "transaction.version"]
+                 if f.name == name]
     return (supported[0] if supported else None, finalized[0] if finalized else None,
             int(answer.finalized_features_epoch) >= 0)
 
@@ -128,3 +128,13 @@ def test_transactions_v2_is_advertised_as_kafka_does(kafka_reference: ReferenceK
         ours, kafkas = transaction_version(kafscale.port, version), transaction_version(kafka_reference.port, version)
         assert ours == kafkas, (version, ours, kafkas)
     assert transaction_version(kafscale.port, 4) == ((0, 2), (2, 2), True)
+
+
+def test_the_consumer_group_protocol_is_advertised_as_kafka_does(kafka_reference: ReferenceKafka,
+                                                                 kafscale: Cluster) -> None:
+    """`group.version` finalized at 1: the consumer group protocol (KIP-848) is served."""
+    for version in (3, 4):
+        ours = transaction_version(kafscale.port, version, "group.version")
+        kafkas = transaction_version(kafka_reference.port, version, "group.version")
+        assert ours == kafkas, (version, ours, kafkas)
+    assert transaction_version(kafscale.port, 4, "group.version")[1] == (1, 1)

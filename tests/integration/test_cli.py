@@ -167,8 +167,8 @@ def test_group_commands(broker_embedded: Cluster, capsys: pytest.CaptureFixture[
 
 def test_group_describe_shows_a_consumer_protocol_group_with_its_target_assignment(
         broker_embedded: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
-    """A KIP-848 member (group.protocol=consumer): list says its type, describe its assignor and, per member, the
-    partitions it owns and its target (equal once reconciled)."""
+    """A KIP-848 member (group.protocol=consumer): list says its type, describe its assignor and, per member, its
+    epoch, the partitions it owns and its target (equal once reconciled)."""
     from confluent_kafka import Consumer
 
     topic, group = unique_topic("cli-kip848"), unique_topic("cli-kip848-g")
@@ -186,6 +186,7 @@ def test_group_describe_shows_a_consumer_protocol_group_with_its_target_assignme
         assert code == 0 and (described["type"], described["assignor"]) == ("CONSUMER", "range")
         [member] = described["members"]
         assert member["assignment"] == member["target_assignment"] == [[topic, 0], [topic, 1], [topic, 2]]
+        assert member["epoch"] == 2  # a group's first member: two group epochs (it joined; the topics it wants)
         code, out, _ = cli(capsys, broker_embedded, "group", "describe", group)
         assert code == 0 and "consumer protocol, assignor range" in out and f"{topic}:0,1,2" in out
     finally:

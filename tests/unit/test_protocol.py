@@ -375,9 +375,10 @@ async def test_api_versions_response_decodes_with_kafka_python(version: int):
     got = {(k.api_key, k.min_version, k.max_version) for k in decoded.api_keys}
     assert got == {(0, 3, 9), (3, 0, 12), (18, 0, 4)}
     _, resp = decode_response(18, version, data[4:])
-    if version >= 3:  # transaction.version: supported 0-2 (left out of v3, its minimum being 0), finalized at 2
+    if version >= 3:  # transaction.version: supported 0-2 (left out of v3, its minimum being 0), finalized at 2;
+        # group.version: supported 0-1 (also left out of v3), finalized by dispatch's router (not this one)
         supported = [(f.name, f.min_version, f.max_version) for f in resp.supported_features]
-        assert supported == ([("transaction.version", 0, 2)] if version >= 4 else [])
+        assert supported == ([("transaction.version", 0, 2), ("group.version", 0, 1)] if version >= 4 else [])
         finalized = [(f.name, f.min_version_level, f.max_version_level) for f in resp.finalized_features]
         assert finalized == [("transaction.version", 2, 2)] and resp.finalized_features_epoch == 0
         assert not resp.zk_migration_ready

@@ -7,9 +7,10 @@ Kafka's behaviour, followed here:
 * v3+ requests carry client_software_name/version; names that do not match Kafka's pattern get
   INVALID_REQUEST with an empty api list.
 * v3+ responses have tagged fields (supported/finalized features, features epoch, zk migration).
-  The one feature here is `transaction.version` (supported 0-2, finalized at the broker's
+  The features here are `transaction.version` (supported 0-2, finalized at the broker's
   `transaction_version`): a Kafka 4 client uses transactions v2 (KIP-890 part 2) once it is finalized at
-  2 with an epoch >= 0. As Kafka does, v0-v3 answers omit supported features whose minimum is 0, and a
+  2 with an epoch >= 0; and `group.version` (supported 0-1, finalized at 1, as Kafka 4 does): the consumer
+  group protocol of KIP-848 is served. As Kafka does, v0-v3 answers omit supported features whose minimum is 0, and a
   feature finalized at 0 is not listed. Tags left at their defaults are not written (librdkafka 2.0,
   kcat, fails on default-valued tags, and Kafka omits them too).
 """
@@ -26,8 +27,8 @@ from kafscale.protocol.errors import ErrorCode
 if TYPE_CHECKING:
     from kafscale.acceptor.router import Handler, RequestContext, Router
 
-__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "SUPPORTED_FEATURES", "UNSUPPORTED_VERSION_REQUEST",
-           "api_versions_handler"]
+__all__ = ["API_KEY", "GROUP_VERSION", "MAX_VERSION", "MIN_VERSION", "SUPPORTED_FEATURES", "TRANSACTION_VERSION",
+           "UNSUPPORTED_VERSION_REQUEST", "api_versions_handler"]
 
 API_KEY = 18
 MIN_VERSION = 0
@@ -36,7 +37,8 @@ FEATURES_SINCE = 3
 ALL_SUPPORTED_FEATURES_SINCE = 4  # v0-v3 leave out supported features whose minimum level is 0
 
 TRANSACTION_VERSION = "transaction.version"
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
+GROUP_VERSION = "group.version"  # 1: the consumer group protocol (KIP-848) is served; Kafka 4 finalizes it at 1
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
 # The finalized levels never change while a broker runs (they are configuration, not a cluster-wide vote as in
 # KRaft): one epoch, >= 0 so that clients take them.
 FEATURES_EPOCH = 0

@@ -108,7 +108,7 @@ def _settled(members: list[_Member], partitions: int) -> bool:
     return sum(sizes) == partitions and len(set().union(*held)) == partitions and max(sizes) - min(sizes) <= 1
 
 
-def _pump(members: list[_Member], done: Any, what: str) -> float:
+def _pump(members: list[_Member], done: Any, what: str, bootstrap: str, group: str) -> float:
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
         for m in members:
@@ -118,8 +118,24 @@ def _pump(members: list[_Member], done: Any, what: str) -> float:
         if time.monotonic() > deadline:
             held = {m.index: len(m.owned) for m in members}
             errors = {m.index: m.errors for m in members if m.errors}
-            raise TimeoutError(f"{what} not within {SETTLE_TIMEOUT_S}s: partitions held {held}; errors {errors}")
+            raise TimeoutError(f"{what} not within {SETTLE_TIMEOUT_S}s: partitions held {held}; errors {errors}; "
+                               f"the coordinator's view: {_described(members, bootstrap, group)}")
         time.sleep(0.002)
+
+
+def _described(members: list[_Member], bootstrap: str, group: str) -> str:
+    """What DescribeConsumerGroups says of each member (by its index here): partitions assigned / in its target."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        ids = {m.consumer.memberid(): m.index for m in members}
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        d = admin.describe_consumer_groups([group])[group].result(30)
+        rows = sorted((ids.get(x.member_id, x.member_id), len(x.assignment.topic_partitions),
+                       len(x.target_assignment.topic_partitions) if x.target_assignment else None) for x in d.members)
+        return f"state {d.state}, {len(rows)} members (index, assigned, target): {rows}"
+    except Exception as e:
+        return f"DescribeConsumerGroups failed: {e}"
 
 
 def _holdings(members: list[_Member], partitions: int, t_end: float) -> list[list[tuple[float, float, int]]]:
@@ -180,6 +196,14 @@ def _empty_time(member: _Member, lo: float, hi: float) -> float:
 
 
 def group_joins(p: dict[str, Any]) -> dict[str, Any]:
+    """The figures, or {"error": ...} when a join did not settle (the harness reports it as such)."""
+    try:
+        return _group_joins(p)
+    except TimeoutError as e:
+        return {"error": str(e)}
+
+
+def _group_joins(p: dict[str, Any]) -> dict[str, Any]:
     bootstrap, topic, partitions = p["bootstrap"], p["topic"], int(p["partitions"])
     count, rate = int(p["members"]), float(p["rate"])
     config = {"bootstrap.servers": bootstrap, "group.id": p["group"], "auto.offset.reset": "latest",
@@ -193,8 +217,10 @@ def group_joins(p: dict[str, Any]) -> dict[str, Any]:
         for k in range(count):
             member = _Member(k, config, topic)
             members.append(member)
-            settled = _pump(members, lambda: _settled(members, partitions), f"member {k + 1} settling")
-            consuming = _pump(members, lambda m=member: m.first_record is not None, f"member {k + 1} consuming")
+            settled = _pump(members, lambda: _settled(members, partitions), f"member {k + 1} settling", bootstrap,
+                            p["group"])
+            consuming = _pump(members, lambda m=member: m.first_record is not None, f"member {k + 1} consuming",
+                              bootstrap, p["group"])
             joins.append({"subscribed": member.subscribed, "settled": settled, "consuming": consuming})
         t_end = time.monotonic()
     finally:

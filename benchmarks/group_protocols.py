@@ -20,7 +20,9 @@ the group stopped for), and the time members that were consuming held nothing.
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import Context, Reference, Result, broker, log, run_worker
@@ -35,6 +37,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                    "heartbeat.interval.ms": HEARTBEAT_MS, "session.timeout.ms": 10_000},
     "consumer": {"group.protocol": "consumer"},
 }
+DURATION = re.compile(r'^kafscale_request_duration_seconds_(sum|count|bucket)\{api="(\w+)"(?:,le="([^"]+)")?\} (\S+)$')
+GROUP_APIS = ("ConsumerGroupHeartbeat", "JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit")
 FIGURES = (("all_consuming_s", "s"), ("join_settle_p50_s", "s"), ("join_settle_max_s", "s"),
            ("records_waited", "records"), ("paused_member_s", "member-s"))
 
@@ -48,21 +52,60 @@ def _joins(bootstrap: str, name: str, variant: str, members: int) -> dict[str, A
     params = {"bootstrap": bootstrap, "topic": topic, "partitions": PARTITIONS, "members": members, "rate": RATE,
               "group": f"{topic}-group", "config": VARIANTS[variant]}
     out = run_worker("group_joins", params, timeout=1800)
+    if "error" in out:
+        raise RuntimeError(out["error"])
     log(f"  {name} {variant}: all consuming after {out['all_consuming_s']} s; a join settles in"
         f" {out['join_settle_p50_s']} s (p50), {out['join_settle_max_s']} s (max); {out['records_waited']} records"
         f" waited; members held nothing for {out['paused_member_s']} member-s")
     return out
 
 
-def _runs(bootstrap: str, name: str, members: int) -> dict[str, dict[str, Any]]:
-    """Every variant; one that fails is reported with its error, the others still run."""
+def _group_requests(pages: list[str]) -> dict[str, list[float]]:
+    """From the shards' /metrics: per group API, [count, seconds summed, answered within the heartbeat interval]."""
+    out: dict[str, list[float]] = {}
+    for text in pages:
+        for line in text.splitlines():
+            m = DURATION.match(line)
+            if not m or m.group(2) not in GROUP_APIS:
+                continue
+            kind, api, le, value = m.group(1), m.group(2), m.group(3), float(m.group(4))
+            slot = out.setdefault(api, [0.0, 0.0, 0.0])
+            if kind == "count":
+                slot[0] += value
+            elif kind == "sum":
+                slot[1] += value
+            elif le is not None and le != "+Inf" and abs(float(le) - HEARTBEAT_MS / 1000) < 1e-9:
+                slot[2] += value
+    return out
+
+
+def _latency(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per group API over a run: requests, their mean duration and the share slower than the heartbeat interval
+    (librdkafka gives a ConsumerGroupHeartbeat that long before it times the request out)."""
+    out = {}
+    for api, (count, total, within) in after.items():
+        c0, t0, w0 = before.get(api, [0.0, 0.0, 0.0])
+        if count > c0:
+            out[api] = {"requests": count - c0, "mean_ms": round((total - t0) / (count - c0) * 1000, 2),
+                        "slower_than_heartbeat_interval": round(1 - (within - w0) / (count - c0), 4)}
+    return out
+
+
+def _runs(bootstrap: str, name: str, members: int,
+          scrape: Callable[[], list[str]] | None = None) -> dict[str, dict[str, Any]]:
+    """Every variant; one that fails is reported with its error, the others still run. scrape: the broker's
+    /metrics pages, for how long it took to answer the group requests."""
     runs: dict[str, dict[str, Any]] = {}
     for variant in VARIANTS:
+        before = _group_requests(scrape()) if scrape else {}
         try:
             runs[variant] = _joins(bootstrap, name, variant, members)
         except Exception as e:
             log(f"  {name} {variant} FAILED: {e}")
             runs[variant] = {"error": f"{type(e).__name__}: {e}"}
+        if scrape:
+            runs[variant]["broker_answers"] = _latency(before, _group_requests(scrape()))
+            log(f"  {name} {variant}: group requests as the broker answered them {runs[variant]['broker_answers']}")
     return runs
 
 
@@ -76,12 +119,13 @@ def group_protocols(ctx: Context) -> None:
     flags = ["--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS),
              "--group-consumer-min-heartbeat-interval-ms", str(HEARTBEAT_MS)]
     with broker(ctx, backend, "group_protocols", extra_args=flags) as b:
-        ours = _runs(b.bootstrap, f"kafscale-{backend}", members)
+        ours = _runs(b.bootstrap, f"kafscale-{backend}", members, b.scrape)
     failed = []
     for variant, run in ours.items():
         kafka_run = theirs.get(variant, {})
         settings = {"members": members, "partitions": PARTITIONS, "records_per_s": RATE,
                     "heartbeat_interval_ms": HEARTBEAT_MS, "client": "confluent-kafka", "config": VARIANTS[variant],
+                    "broker_answers": run.get("broker_answers"),
                     "kafka": {k: v for k, v in kafka_run.items() if k != "joins"}}
         if "error" in run:
             failed.append(f"{variant}: {run['error']}")

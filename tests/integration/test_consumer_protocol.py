@@ -118,11 +118,20 @@ def kafscale(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer) 
            "KAFSCALE_GROUP_CONSUMER_MIN_HEARTBEAT_INTERVAL_MS": str(HEARTBEAT_MS)}
     serve = ServeProcess(tmp_path_factory.mktemp("kip848") / "data", shards=2, env=env,
                          extra_args=["--etcd-endpoints", etcd_server.endpoint, "--etcd-prefix", prefix])
-    serve.start()
     try:
+        serve.start()
         yield Target("kafscale", serve.bootstrap, lambda group: None, serve, etcd_server, prefix)
     finally:
         serve.kill()
+        asyncio.run(_forget(etcd_server, prefix))
+
+
+async def _forget(etcd: EtcdServer, prefix: str) -> None:
+    meta = EtcdStore(etcd.endpoint, prefix=prefix)
+    try:
+        await meta.delete("", prefix=True)
+    finally:
+        await meta.close()
 
 
 @pytest.fixture(scope="module", params=[pytest.param("kafka", marks=on_reference), "kafscale"])

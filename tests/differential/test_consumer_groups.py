@@ -182,3 +182,18 @@ def _classic(peer: Peer, group: str) -> Any:
 def _listed(peer: Peer, group: str) -> Any:
     answer = peer.call(req(LIST_GROUPS, states_filter=(), types_filter=("consumer",)))
     return [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in answer.groups if g.group_id == group]
+
+
+def test_a_topic_looked_up_by_id_with_an_empty_name(peers: Peers, topic: str) -> None:
+    """Metadata names a topic by id and gives its name as "": how the Java client learns the topics a broker-side
+    regex subscription assigned it. Both brokers answer with the topic."""
+    from tests.differential.wire import METADATA
+
+    answers = []
+    for peer in peers:
+        peer.create_ready(topic, 2)
+        asked = sub(METADATA, "MetadataRequestTopic", name="", topic_id=topic_id(peer, topic))
+        [found] = peer.call(req(METADATA, topics=(asked,), allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False)).topics
+        answers.append((code(found.error_code), found.name, len(found.partitions)))
+    assert answers[1] == answers[0] == ("NONE", topic, 2)

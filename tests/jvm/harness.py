@@ -3,7 +3,8 @@
 The driver (src/io/kafscale/jvm/*.java, ours) is compiled with javac against each client version's jars,
 lib/clients-<version>/ (tests/jvm/pom.xml, which `make test` copies once), into build/clients-<version>/, once
 until a source changes. It reads a scenario (JSON) on standard input and prints a `RESULT {...}` line per step;
-`Driver.run` starts one JVM for a whole scenario and answers the results in order.
+`Driver.run` starts one JVM for a whole scenario and answers the results in order; `Driver.start` starts one that
+runs while the test goes on (a group member, a producer), printing EVENT lines as things happen (`Live`).
 
 Kafka's tools run from the reference broker's jars, tests/reference/lib/4.4.0/ (`Tools.run`).
 """
@@ -14,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafscale.testing.etcd_server import _die_with_parent_prefix
 from kafscale.testing.kafka_reference import JVM_FLAGS, LIB_ROOT, find_java, lib_dir
 
 HERE = Path(__file__).resolve().parent
@@ -126,6 +129,83 @@ class Driver:
         for i, (step, result) in enumerate(zip(steps, results, strict=True)):
             run.by_name[str(step.get("name", i))] = result
         return run
+
+    def start(self, config: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], workdir: Path,
+              name: str) -> Live:
+        """A JVM running the scenario while the test goes on: its "member" and "produce_until" steps last until
+        Live.stop(). Its output goes to workdir/<name>.out and .err; it dies with this thread (PR_SET_PDEATHSIG)."""
+        stop_file = workdir / f"{name}.stop"
+        stop_file.unlink(missing_ok=True)
+        scenario = json.dumps({"config": dict(config),
+                               "steps": [{**step, "stop_file": str(stop_file)} for step in steps]})
+        command = [*_die_with_parent_prefix(), self.java, *JVM_FLAGS, *_CLIENT_LOGGING, "-cp", self.classpath,
+                   "io.kafscale.jvm.Driver"]
+        out, err = workdir / f"{name}.out", workdir / f"{name}.err"
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr)
+        assert proc.stdin is not None
+        proc.stdin.write(scenario.encode())
+        proc.stdin.close()
+        return Live(name, proc, stop_file, out, err, len(steps))
+
+
+class Live:
+    """A driver JVM that Driver.start started: events() are the EVENT lines it printed so far, stop() ends its
+    steps (they see the stop file) and answers their results, kill() is kill -9 (no close, no leave)."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], stop_file: Path, out: Path, err: Path,
+                 steps: int) -> None:
+        self.name, self.proc, self.stop_file, self.out, self.err, self.steps = name, proc, stop_file, out, err, steps
+        self.killed_at: float | None = None  # wall-clock ms, as the events' "t"
+        self.paused_at: float | None = None
+
+    def lines(self, prefix: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.out.read_text(errors="replace").splitlines(keepends=True):
+            if line.startswith(prefix) and line.endswith("\n"):  # a line being written is not whole yet
+                found.append(json.loads(line[len(prefix):]))
+        return found
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.lines("EVENT ") if kind is None or e["event"] == kind]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 60) -> list[dict[str, Any]]:
+        """Asks the steps to end, waits for the JVM, answers the steps' results (AssertionError if it failed)."""
+        self.stop_file.touch()
+        if self.paused_at is not None and self.alive():
+            self.resume()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.name} did not stop within {timeout:.0f}s (killed)\n{self.log()}") from None
+        results = self.lines("RESULT ")
+        if self.proc.returncode != 0 or len(results) != self.steps:
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode} after {len(results)} of "
+                                 f"{self.steps} steps\n{self.log()}")
+        return results
+
+    def pause(self) -> None:
+        """SIGSTOP: the JVM stays, but neither polls nor heartbeats until resume()."""
+        self.paused_at = time.time() * 1000
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.alive():
+            self.killed_at = time.time() * 1000
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def log(self, chars: int = 6000) -> str:
+        """The tails of its standard output (events, results) and error (the client's warnings)."""
+        return (f"--- {self.out.name}:\n{self.out.read_text(errors='replace')[-chars:]}\n"
+                f"--- {self.err.name}:\n{self.err.read_text(errors='replace')[-chars:]}")
 
 
 # ------------------------------------------------------------------------------------------------- Kafka's tools

@@ -145,7 +145,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     answers: list[tuple[ErrorCode, str | None, TopicInfo | None]] = []
     for t in req.topics:
         name = t.name
-        if name is None and getattr(t, "topic_id", None) is not None:
+        # By id when one is given and no name: the Java client resolving a broker-side regex subscription sends
+        # the name as "" (Kafka reads it so too).
+        if not name and getattr(t, "topic_id", None) not in (None, _ZERO_UUID):
             info = broker.topics.by_id.get(t.topic_id)
             if info is not None and not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, info.name):
                 answers.append((ErrorCode.topic_authorization_failed, None, None))

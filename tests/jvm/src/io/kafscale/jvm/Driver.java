@@ -6,6 +6,9 @@ import java.io.PrintStream;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -18,6 +21,7 @@ import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.regex.Pattern;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
@@ -193,6 +197,8 @@ public final class Driver {
             case "txn_produce": return txnProduce(step);
             case "ctp": return consumeTransformProduce(step);
             case "fence": return fence(step);
+            case "member": return member(step);
+            case "produce_until": return produceUntil(step);
             default: throw new IllegalArgumentException("unknown op " + op);
         }
     }
@@ -501,6 +507,152 @@ public final class Driver {
         out.add(r.key());
         out.add(r.value());
         return out;
+    }
+
+    // ------------------------------------------------------------------------------------------- live members
+
+    /**
+     * A group member in a JVM of its own, running while the test goes on ({"op": "member", "topics": [...], or
+     * "pattern": a java.util.regex.Pattern the client matches against the topics it sees, or
+     * "subscription_pattern": a regular expression the broker resolves (KIP-848, clients from 4.0), "config":
+     * {"group.id", "group.protocol", ...}, "stop_file"}): it polls until stop_file exists, then closes, leaving the
+     * group. After every poll that returned records it prints them, then commits them (commitSync), so it never
+     * committed what it did not print, even when killed. It prints as things happen (flushed, so a kill -9 loses
+     * none) lines EVENT {"event", "t": wall-clock ms, ...}: "assigned", "revoked" and "lost" from its rebalance
+     * listener (which does nothing else), with "partitions"; "assignment" with "partitions",
+     * "member_id" and "epoch" whenever a poll leaves a different assignment; "records" with {partition: [offsets]};
+     * "commit_failed" with the error. A poll that throws ends the member: the step answers that error.
+     */
+    private Map<String, Object> member(Map<String, Object> step) throws Exception {
+        Properties props = settings(step);
+        props.putIfAbsent("auto.offset.reset", "earliest");
+        props.putIfAbsent("enable.auto.commit", "false");
+        Path stop = Paths.get((String) step.get("stop_file"));
+        long polls = 0;
+        long read = 0;
+        try (KafkaConsumer<String, String> consumer =
+                     new KafkaConsumer<>(props, new StringDeserializer(), new StringDeserializer())) {
+            ConsumerRebalanceListener listener = new Recorder();
+            if (step.get("pattern") != null) {
+                consumer.subscribe(Pattern.compile((String) step.get("pattern")), listener);
+            } else if (step.get("subscription_pattern") != null) {  // 4.0+: by reflection, as the driver builds on 2.8
+                Class<?> type = Class.forName("org.apache.kafka.clients.consumer.SubscriptionPattern");
+                Object pattern = type.getConstructor(String.class).newInstance(step.get("subscription_pattern"));
+                try {
+                    consumer.getClass().getMethod("subscribe", type, ConsumerRebalanceListener.class)
+                            .invoke(consumer, pattern, listener);
+                } catch (InvocationTargetException e) {
+                    throw (Exception) e.getCause();
+                }
+            } else {
+                consumer.subscribe(strings(step.get("topics")), listener);
+            }
+            Set<TopicPartition> last = Collections.emptySet();
+            while (!Files.exists(stop)) {
+                ConsumerRecords<String, String> got = consumer.poll(Duration.ofMillis(100));
+                polls++;
+                Set<TopicPartition> assignment = consumer.assignment();
+                if (!assignment.equals(last)) {
+                    last = assignment;
+                    Map<String, Object> changed = now(event("assignment", assignment));
+                    changed.put("member_id", consumer.groupMetadata().memberId());
+                    changed.put("epoch", consumer.groupMetadata().generationId());
+                    emit(changed);
+                }
+                if (got.isEmpty()) {
+                    continue;
+                }
+                Map<String, Object> offsets = new TreeMap<>();
+                for (ConsumerRecord<String, String> r : got) {
+                    String tp = new TopicPartition(r.topic(), r.partition()).toString();
+                    @SuppressWarnings("unchecked")
+                    List<Object> each = (List<Object>) offsets.computeIfAbsent(tp, k -> new ArrayList<>());
+                    each.add(r.offset());
+                    read++;
+                }
+                Map<String, Object> batch = now(one("event", "records"));
+                batch.put("records", offsets);
+                emit(batch);
+                try {
+                    consumer.commitSync(Duration.ofSeconds(TIMEOUT_S));
+                } catch (Exception e) {
+                    Map<String, Object> failed = now(one("event", "commit_failed"));
+                    failed.putAll(error(e));
+                    emit(failed);
+                }
+            }
+        }  // close(): the listener's revocation, then the leave
+        Map<String, Object> result = new LinkedHashMap<>();
+        result.put("polls", polls);
+        result.put("records", read);
+        return result;
+    }
+
+    /** Prints each rebalance callback as it happens (see {@link #member}). */
+    private static final class Recorder implements ConsumerRebalanceListener {
+        @Override
+        public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+            emit(now(event("revoked", partitions)));
+        }
+
+        @Override
+        public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+            emit(now(event("assigned", partitions)));
+        }
+
+        @Override
+        public void onPartitionsLost(Collection<TopicPartition> partitions) {
+            emit(now(event("lost", partitions)));
+        }
+    }
+
+    /**
+     * Writes to "topic" until stop_file exists, about "rate" records a second: record i to partition
+     * i % "partitions", key k{i}, value v{i}. Answers the acknowledged offsets, {partition: [offsets]}, and the
+     * first send error.
+     */
+    private Map<String, Object> produceUntil(Map<String, Object> step) throws Exception {
+        String topic = (String) step.get("topic");
+        int partitions = integer(step.get("partitions"));
+        long pause = Math.max(1, 1000 / integer(step.getOrDefault("rate", 100L)));
+        Path stop = Paths.get((String) step.get("stop_file"));
+        Map<String, Object> acked = new TreeMap<>();
+        Map<String, Object> result = new LinkedHashMap<>();
+        try (KafkaProducer<String, String> producer =
+                     new KafkaProducer<>(settings(step), new StringSerializer(), new StringSerializer())) {
+            for (int i = 0; !Files.exists(stop); i++) {
+                producer.send(new ProducerRecord<>(topic, i % partitions, "k" + i, "v" + i), (md, e) -> {
+                    synchronized (acked) {
+                        if (e != null) {
+                            result.putIfAbsent("error", e.getClass().getSimpleName());
+                            result.putIfAbsent("message", String.valueOf(e.getMessage()));
+                        } else {
+                            @SuppressWarnings("unchecked")
+                            List<Object> each = (List<Object>) acked.computeIfAbsent(
+                                    String.valueOf(md.partition()), k -> new ArrayList<>());
+                            each.add(md.offset());
+                        }
+                    }
+                });
+                Thread.sleep(pause);
+            }
+            producer.flush();
+        }
+        synchronized (acked) {
+            result.put("acked", acked);
+        }
+        return result;
+    }
+
+    private static synchronized void emit(Map<String, Object> event) {
+        System.out.println("EVENT " + Json.write(event));
+        System.out.flush();
+    }
+
+    /** The event with "t": now, in wall-clock ms (comparable between the JVMs of one machine). */
+    private static Map<String, Object> now(Map<String, Object> event) {
+        event.put("t", System.currentTimeMillis());
+        return event;
     }
 
     // ------------------------------------------------------------------------------------------- admin: topics

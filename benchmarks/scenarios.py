@@ -31,6 +31,7 @@ from benchmarks.common import (
 )
 from benchmarks.compaction import compaction, compaction_soak
 from benchmarks.fetch_sessions import fetch_sessions
+from benchmarks.group_protocols import group_protocols
 from benchmarks.idempotent import idempotent
 from benchmarks.metadata_scale import metadata_scale
 from benchmarks.object_requests import object_requests
@@ -553,6 +554,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "compaction_soak": compaction_soak,
     "scale": scale,
     "group_rebalance": group_rebalance,
+    "group_protocols": group_protocols,
     "pipeline_read": pipeline_read,
     "metadata_scale": metadata_scale,
     "cluster": cluster,
@@ -564,8 +566,8 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "spark_kafka": spark_kafka,
 }
 
-ALIASES = {"vs-kafka": "vs_kafka", "spark-kafka": "spark_kafka", "e2e": "end_to_end", "kcat": "kcat_spec",
-           "catch-up": "catchup", "catch_up": "catchup"}
+ALIASES = {"vs-kafka": "vs_kafka", "group-protocols": "group_protocols", "spark-kafka": "spark_kafka",
+           "e2e": "end_to_end", "kcat": "kcat_spec", "catch-up": "catchup", "catch_up": "catchup"}
 
 
 def resolve(name: str) -> str:

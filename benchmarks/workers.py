@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.compaction_worker import build_log, clean_pass, produce_keyed
+from benchmarks.group_joins_worker import group_joins
 from benchmarks.spark_kafka_worker import spark_reads
 from benchmarks.txn_worker import txn_produce
 
@@ -451,7 +452,7 @@ KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "produce": produce, "e2e_consume": e2e_consume, "catchup": catchup, "create_topics": create_topics,
     "metadata_latency": metadata_latency, "touch_partitions": touch_partitions, "store_limits": store_limits,
     "tcp_recv": tcp_recv, "tcp_send": tcp_send, "txn_produce": txn_produce, "build_log": build_log,
-    "clean_pass": clean_pass, "produce_keyed": produce_keyed, "spark_reads": spark_reads,
+    "clean_pass": clean_pass, "produce_keyed": produce_keyed, "spark_reads": spark_reads, "group_joins": group_joins,
 }
 
 

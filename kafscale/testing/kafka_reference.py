@@ -66,10 +66,15 @@ BASE_PROPERTIES: dict[str, str] = {
     "auto.create.topics.enable": "true",
     "log.cleaner.backoff.ms": "500",  # compacted topics are cleaned promptly: tests wait for it
 }
-# Kafka 4 only: share groups' state topic (an unknown property would only be logged as such by 3.9).
+# Kafka 4 only: share groups' state topic (an unknown property would only be logged as such by 3.9). Consumer groups
+# (KIP-848) keep Kafka's defaults (45 s sessions, 5 s heartbeats); only the lower bounds a group's own config may go
+# down to are lowered, so a test can give its group a short session (IncrementalAlterConfigs on the GROUP resource,
+# consumer.session.timeout.ms / consumer.heartbeat.interval.ms) without changing any other group.
 BASE_PROPERTIES_4: dict[str, str] = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
 }
 
 _START_ATTEMPTS = 3  # a free port can be taken by another process before the broker binds it

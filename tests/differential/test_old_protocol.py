@@ -213,8 +213,12 @@ def test_list_offsets_v0_answers_the_same_offsets(wires: Wires) -> None:
 
 
 def coordinator_ready(wire: KafkaWire, group: str) -> None:
+    """FindCoordinator answers, and the coordinator has loaded the group's offsets partition: a Kafka coordinator
+    still loading it answers DescribeGroups COORDINATOR_LOAD_IN_PROGRESS (and other requests wrongly, early in a
+    loaded run)."""
     deadline = time.monotonic() + 60
-    while wire.call(old_request(10, 0, key=group)).error_code:
+    while wire.call(old_request(10, 0, key=group)).error_code or \
+            wire.call(old_request(15, 0, groups=(group,))).groups[0].error_code:
         assert time.monotonic() < deadline
         time.sleep(0.2)
 

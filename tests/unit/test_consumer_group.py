@@ -268,3 +268,18 @@ def test_a_member_that_lost_the_answer_carrying_its_assignment_gets_it_again() -
     assert resent.error == ErrorCode.none and resent.assignment is None  # owns what it is assigned
     drifted = beat(g, "a", confirmed.member_epoch, as_owned({("t", 0)}))  # says it owns less than assigned
     assert drifted.assignment is not None and parts(drifted) == parts(told)
+
+
+def test_the_assignment_is_repeated_until_the_member_shows_it_has_it() -> None:
+    """The answer carrying a's smaller assignment is lost; its client's next heartbeats say nothing of what it owns
+    (nothing changed on its side). Every answer repeats the assignment until a heartbeat shows a owns exactly it."""
+    g = ConsumerGroup("g", SETTINGS, 0)
+    a = join(g, "a")
+    assert beat(g, "a", a.member_epoch, as_owned(parts(a))).assignment is None  # acknowledged: nothing to repeat
+    join(g, "b")
+    lost = beat(g, "a", a.member_epoch, None)  # told to revoke: this answer is lost
+    assert lost.assignment is not None
+    again = beat(g, "a", a.member_epoch, None)
+    assert again.assignment == lost.assignment
+    confirmed = beat(g, "a", a.member_epoch, lost.assignment)  # it revoked: shows it owns exactly that
+    assert confirmed.assignment is None and confirmed.member_epoch == g.assignment_epoch

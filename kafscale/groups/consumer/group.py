@@ -209,11 +209,14 @@ class ConsumerGroup:
         if (member.assigned, member.epoch) != before or hb.member_epoch == 0:
             self.store_requested = True
         full = hb.rebalance_timeout_ms != -1 and hb.subscribed_names is not None and hb.owned is not None
-        # Also whenever the member says it owns other partitions than it is assigned: the answer that carried its
-        # assignment was lost (a client resends a heartbeat it timed out on, and librdkafka times out after one
-        # heartbeat interval), and without it the member would keep what it had while the group waits for it.
-        stale = hb.owned is not None and partitions_of(hb.owned) != partitions_of(member.assigned)
-        send = hb.member_epoch == 0 or full or stale or member.assigned != before[0]
+        # The assignment goes out until the member's heartbeat shows it owns exactly that: an answer that carried it
+        # may have been lost (librdkafka times a heartbeat out after one heartbeat interval and sends it again, with
+        # nothing it thinks unchanged), and without it the member keeps what it had while the group waits for it.
+        if member.assigned != before[0]:
+            member.acknowledged = False
+        if hb.owned is not None:
+            member.acknowledged = partitions_of(hb.owned) == partitions_of(member.assigned)
+        send = hb.member_epoch == 0 or full or not member.acknowledged
         return HeartbeatAnswer(ErrorCode.none, None, member.member_id, member.epoch,
                                self.settings.heartbeat_interval_ms, dict(member.assigned) if send else None)
 

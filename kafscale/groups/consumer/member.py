@@ -39,6 +39,9 @@ class ConsumerMember:
     revoking: Assignment = field(default_factory=dict)  # owned, to be given up
     session_deadline: float = NEVER
     revoke_deadline: float = NEVER  # while UNREVOKED_PARTITIONS: fenced past it
+    # Whether the member has shown (its owned partitions in a heartbeat) that it has its current assignment; until
+    # then every answer repeats the assignment, in case the answer that carried it was lost.
+    acknowledged: bool = False
 
     def owned(self) -> set[tuple[str, int]]:
         return {(t, p) for a in (self.assigned, self.revoking) for t, ps in a.items() for p in ps}

@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -89,7 +89,7 @@ class GroupCoordinator:
             return SyncResult(ErrorCode.unknown_member_id)
         return await self._call(self.group.sync, request)
 
-    async def consumer_heartbeat(self, hb: Heartbeat, topics: dict[str, int], version: int) -> HeartbeatAnswer:
+    async def consumer_heartbeat(self, hb: Heartbeat, topics: Mapping[str, int], version: int) -> HeartbeatAnswer:
         """ConsumerGroupHeartbeat: the group's answer, after the change it made is stored."""
         async with self._lock:
             if not isinstance(self.group, ConsumerGroup):

@@ -50,12 +50,12 @@ async def _describe(broker: Broker, ctx: RequestContext, mod: Any, group_id: str
     if not isinstance(group, ConsumerGroup) or group.dead:
         what = "not found" if group is None or group.state_name == "Dead" else "is not a consumer group"
         return failed(ErrorCode.group_id_not_found, f"Group {group_id} {what}.")
-    ids = {name: info.id for name, info in broker.topics.topics.items()}
+    known = broker.topics.topics
 
     def assignment(a: Assignment) -> Any:
         return make(mod.Assignment, topic_partitions=tuple(
-            make(mod.TopicPartitions, topic_id=ids[t], topic_name=t, partitions=tuple(sorted(ps)))
-            for t, ps in sorted(a.items()) if t in ids and ps))
+            make(mod.TopicPartitions, topic_id=known[t].id, topic_name=t, partitions=tuple(sorted(ps)))
+            for t, ps in sorted(a.items()) if t in known and ps))
 
     members = tuple(make(
         mod.Member, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.epoch,

@@ -2,8 +2,10 @@
 
 `Group` (state.py) decides; this wraps it with what needs a loop and a store: requests waiting for their
 answer, one timer task for sessions and barriers, and the writes. Everything touching the group runs under its
-lock, so the state machine sees one request at a time (writes included: a SyncGroup's assignment is durable
-before anyone else can change the group).
+lock, so the state machine sees one request at a time. The classic protocol's writes are made under the lock too
+(a SyncGroup's assignment is durable before anyone else can change the group). Offset commits and the consumer
+protocol's heartbeats change memory under the lock and wait for their write outside it, so that one transaction
+carries the writes of many members (batched_writes.py); their answers still go out only once durable.
 
 Fencing: the registry took the group's coordinator key for this incarnation (registry.py); every write
 compares that key's revision, so a coordinator that has been replaced cannot write, and stops (NOT_COORDINATOR).
@@ -23,17 +25,17 @@ from kio.schema.errors import ErrorCode
 
 from kafscale.cluster import keys
 from kafscale.groups import txn_offsets
+from kafscale.groups.batched_writes import BatchedWrites
 from kafscale.groups.consumer.group import ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer
 from kafscale.groups.consumer.stored import consumer_group_value
 from kafscale.groups.offsets import OffsetEntry, TopicPartition, expired_offsets
 from kafscale.groups.state import Group, GroupSettings, JoinResult, State, SyncResult
 from kafscale.groups.stored import group_value
 from kafscale.groups.txn_offsets import PendingOffsets, parse_pending
-from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
+from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
 
 log = logging.getLogger(__name__)
 
-# A commit of more partitions than MAX_TXN_OPS is written in several transactions, each still fenced.
 
 
 class CoordinatorFenced(Exception):
@@ -61,6 +63,7 @@ class GroupCoordinator:
         self._tickets = itertools.count(1)
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
+        self._writes = BatchedWrites(self._txn)
         self.closed = False
 
     def start(self) -> None:
@@ -103,11 +106,13 @@ class GroupCoordinator:
             answer = group.heartbeat(time.time(), hb, topics, version)
             if group.store_requested:
                 group.store_requested = False
-                error = await self._store_group(None)
-                if error != ErrorCode.none:
-                    return HeartbeatAnswer(error)
+                stored = self._writes.submit([Put(keys.group(self.group_id), self._group_value())],
+                                             self._stored)
+            else:  # what this answer tells may come from another member's change, not yet durable
+                stored = self._writes.written()
             self._wake.set()  # sessions and revocation deadlines moved
-            return answer
+        error = await self._outcome(stored, "storing the group")
+        return answer if error == ErrorCode.none else HeartbeatAnswer(error)
 
     def _convert(self, group: Group | ConsumerGroup) -> None:
         """An empty group joined through the other protocol becomes a group of that protocol (as Kafka 4 does);
@@ -174,15 +179,23 @@ class GroupCoordinator:
         return group_value(self.group, assignment)
 
     async def _store_group(self, assignment: dict[str, bytes] | None) -> ErrorCode:
+        stored = self._writes.submit([Put(keys.group(self.group_id), self._group_value(assignment))], self._stored)
+        return await self._outcome(stored, f"storing generation {self.group.generation}")
+
+    def _stored(self) -> None:
+        self._persisted = True
+
+    async def _outcome(self, write: asyncio.Future[None], what: str) -> ErrorCode:
+        """The error code a stored write's requester answers with."""
         try:
-            await self._write([Put(keys.group(self.group_id), self._group_value(assignment))])
+            await write
         except CoordinatorFenced:
-            self._fenced()
+            if not self.closed:
+                self._fenced()
             return ErrorCode.not_coordinator
         except MetadataStoreError as e:
-            log.warning("group %s: storing generation %d failed: %s", self.group_id, self.group.generation, e)
+            log.warning("group %s: %s failed: %s", self.group_id, what, e)
             return ErrorCode.coordinator_not_available
-        self._persisted = True
         return ErrorCode.none
 
     async def _timer_loop(self) -> None:
@@ -221,34 +234,34 @@ class GroupCoordinator:
             ops: list[Op] = [Put(keys.group_offset(self.group_id, t, p), e.to_value()) for t, p, e in entries]
             if not self._persisted:  # a standalone group becomes visible (ListGroups) with its first commit
                 ops.insert(0, Put(keys.group(self.group_id), self._group_value()))
-            error = await self._write_offsets(ops)
-            if error == ErrorCode.none:
+
+            def applied() -> None:
                 self._persisted = True
                 for t, p, e in entries:
                     self.offsets[(t, p)] = e
-            return error
+
+            written = self._writes.submit(ops, applied)
+        return await self._offsets_outcome(written)
 
     async def _write_offsets(self, ops: list[Op]) -> ErrorCode:
+        return await self._offsets_outcome(self._writes.submit(ops))
+
+    async def _offsets_outcome(self, written: asyncio.Future[None]) -> ErrorCode:
+        error = await self._outcome(written, "offset write")
+        if error != ErrorCode.coordinator_not_available or self.closed:
+            return error
+        # The write may have happened with only its reply lost: read back what the store holds.
         try:
-            for i in range(0, len(ops), MAX_TXN_OPS):
-                await self._write(ops[i:i + MAX_TXN_OPS])
-        except CoordinatorFenced:
-            self._fenced()
-            return ErrorCode.not_coordinator
-        except MetadataStoreError as e:
-            # The write may have happened with only its reply lost: read back what the store holds.
-            log.warning("group %s: offset write failed: %s", self.group_id, e)
-            try:
-                stored = await self.meta.range(keys.group_offsets(self.group_id))
-                pending = await self.meta.range(keys.group_txn_offsets(self.group_id))
-            except MetadataStoreError:
-                log.warning("group %s: store unreachable, unloading (a fresh load re-reads it)", self.group_id)
+            stored = await self.meta.range(keys.group_offsets(self.group_id))
+            pending = await self.meta.range(keys.group_txn_offsets(self.group_id))
+        except MetadataStoreError:
+            log.warning("group %s: store unreachable, unloading (a fresh load re-reads it)", self.group_id)
+            if not self.closed:
                 self._dead()  # memory may now disagree with the store
-                return ErrorCode.coordinator_not_available
-            self.offsets = parse_offsets(self.group_id, stored)
-            self.pending = parse_pending(self.group_id, pending)
-            return ErrorCode.coordinator_not_available
-        return ErrorCode.none
+            return error
+        self.offsets = parse_offsets(self.group_id, stored)
+        self.pending = parse_pending(self.group_id, pending)
+        return error
 
     async def delete_offsets(self, partitions: list[TopicPartition]
                              ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
@@ -315,17 +328,12 @@ class GroupCoordinator:
 
     async def _remove_group(self) -> ErrorCode:
         """Group record, offsets (pending ones too) and coordinator key go in one fenced transaction."""
-        try:
-            await self._write([Delete(keys.group(self.group_id)),
-                               Delete(keys.group_offsets(self.group_id), prefix=True),
-                               Delete(keys.group_txn_offsets(self.group_id), prefix=True),
-                               Delete(keys.group_coordinator(self.group_id))])
-        except CoordinatorFenced:
-            self._fenced()
-            return ErrorCode.not_coordinator
-        except MetadataStoreError as e:
-            log.warning("group %s: delete failed: %s", self.group_id, e)
-            return ErrorCode.coordinator_not_available
+        error = await self._outcome(self._writes.submit([
+            Delete(keys.group(self.group_id)), Delete(keys.group_offsets(self.group_id), prefix=True),
+            Delete(keys.group_txn_offsets(self.group_id), prefix=True), Delete(keys.group_coordinator(self.group_id))
+        ]), "delete")
+        if error != ErrorCode.none:
+            return error
         self.offsets.clear()
         self.pending.clear()
         self._dead()
@@ -381,7 +389,8 @@ class GroupCoordinator:
 
     # ---------------------------------------------------------------- store
 
-    async def _write(self, ops: list[Op]) -> None:
+    async def _txn(self, ops: list[Op]) -> None:
+        """One fenced transaction (BatchedWrites makes them, in order)."""
         guard = [Compare(keys.group_coordinator(self.group_id), "mod_revision", "==", self._revision)]
         if not (await self.meta.txn(guard, ops)).succeeded:
             raise CoordinatorFenced(self.group_id)

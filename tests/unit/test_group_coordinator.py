@@ -74,6 +74,25 @@ async def test_commit_is_in_the_store_when_acknowledged_and_restored_after_resta
     await again.close()
 
 
+async def test_concurrent_commits_share_transactions_and_each_is_durable_when_answered(store: EmbeddedStore) -> None:
+    r = await registry(store)
+    member, generation = await join_one(r, "busy")
+    coordinator = await r.get("busy")
+    assert coordinator is not None
+    before = await store.revision()
+
+    async def commit(p: int) -> ErrorCode:
+        error = await coordinator.commit(member, None, generation, [("t", p, entry(p))])
+        assert (await store.get(keys.group_offset("busy", "t", p))) is not None  # durable before the answer
+        return error
+
+    assert await asyncio.gather(*(commit(p) for p in range(40))) == [ErrorCode.none] * 40
+    transactions = await store.revision() - before  # one revision per transaction
+    assert transactions < 40, f"{transactions} transactions for 40 concurrent commits"
+    assert sorted(coordinator.offsets) == [("t", p) for p in range(40)]
+    await r.close()
+
+
 async def test_replaced_coordinator_cannot_write(store: EmbeddedStore) -> None:
     old = await registry(store, shard_id=0)
     member, generation = await join_one(old, "g")

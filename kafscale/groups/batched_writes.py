@@ -9,6 +9,10 @@ Order is kept: a write submitted later is never durable before one submitted ear
 a write to memory run in submission order, as each becomes durable. A batch holds each key once (the later of two
 writes to a key is the one that counts, as it would be written last); a prefix delete and a write larger than one
 transaction go alone (the latter in several transactions, in order, as before batching).
+
+The flush path has its own group commit (broker/commit_batcher.py): there every partition owner brings its own
+guard, and a failed guard is retried owner by owner. A group has one guard for all its writes, and needs instead
+each key once per transaction and its in-memory effects in order, so it has this smaller one.
 """
 
 from __future__ import annotations

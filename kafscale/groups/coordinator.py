@@ -222,26 +222,32 @@ class GroupCoordinator:
     # ---------------------------------------------------------------- offsets
 
     async def commit(self, member_id: str, instance_id: str | None, generation: int,
-                     entries: Sequence[tuple[str, int, OffsetEntry]], api_version: int = 9) -> ErrorCode:
-        """Validate against the group, then make the offsets durable (fenced) before the caller answers."""
+                     entries: Sequence[tuple[str, int, OffsetEntry]],
+                     api_version: int = 9) -> dict[TopicPartition, ErrorCode]:
+        """Validate against the group, then make the offsets durable (fenced) before the caller answers: each
+        partition's error (a consumer group may accept some partitions of a commit and not others, KIP-1251)."""
         async with self._lock:
             if isinstance(self.group, ConsumerGroup):
-                error = self.group.check_commit(member_id, generation, api_version=api_version, transactional=False)
+                check = self.group.check_commit(member_id, generation, api_version=api_version, transactional=False)
+                errors = {(t, p): check.partition_error(t, p) for t, p, _ in entries}
             else:
                 error = self.group.check_commit(time.time(), member_id, instance_id, generation)
-            if error != ErrorCode.none or not entries:
-                return error
-            ops: list[Op] = [Put(keys.group_offset(self.group_id, t, p), e.to_value()) for t, p, e in entries]
+                errors = {(t, p): error for t, p, _ in entries}
+            accepted = [(t, p, e) for t, p, e in entries if errors[(t, p)] == ErrorCode.none]
+            if not accepted:
+                return errors
+            ops: list[Op] = [Put(keys.group_offset(self.group_id, t, p), e.to_value()) for t, p, e in accepted]
             if not self._persisted:  # a standalone group becomes visible (ListGroups) with its first commit
                 ops.insert(0, Put(keys.group(self.group_id), self._group_value()))
 
             def applied() -> None:
                 self._persisted = True
-                for t, p, e in entries:
+                for t, p, e in accepted:
                     self.offsets[(t, p)] = e
 
             written = self._writes.submit(ops, applied)
-        return await self._offsets_outcome(written)
+        stored = await self._offsets_outcome(written)
+        return {tp: stored if error == ErrorCode.none else error for tp, error in errors.items()}
 
     async def _write_offsets(self, ops: list[Op]) -> ErrorCode:
         return await self._offsets_outcome(self._writes.submit(ops))
@@ -348,7 +354,10 @@ class GroupCoordinator:
         OffsetFetch does not see them until the transaction commits (complete_txn)."""
         async with self._lock:
             if isinstance(self.group, ConsumerGroup):
-                error = self.group.check_commit(member_id, generation, api_version=0, transactional=True)
+                # All or nothing: one pending record per producer (Kafka answers each partition on its own).
+                check = self.group.check_commit(member_id, generation, api_version=0, transactional=True)
+                error = next((e for t, p, _ in entries if (e := check.partition_error(t, p)) != ErrorCode.none),
+                             check.error)
             else:
                 error = txn_offsets.check_txn_commit(self.group, member_id, instance_id, generation)
             if error == ErrorCode.none:

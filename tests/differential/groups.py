@@ -72,16 +72,17 @@ def heartbeat(peer: Peer, group: str, member: str, generation: int, instance: st
 
 
 def commit(peer: Peer, group: str, offsets: dict[tuple[str, int], int], *, member: str = "", generation: int = -1,
-           instance: str | None = None) -> dict[tuple[str, int], str]:
-    """OffsetCommit: the error of each partition."""
+           instance: str | None = None, version: int | None = None) -> dict[tuple[str, int], str]:
+    """OffsetCommit (v8 unless `version`; v9 carries a consumer-protocol member's epoch): each partition's error."""
     by_topic: dict[str, list[Any]] = {}
     for (t, p), o in offsets.items():
-        by_topic.setdefault(t, []).append(sub(OFFSET_COMMIT, "OffsetCommitRequestPartition", partition_index=p,
-                                              committed_offset=o, committed_leader_epoch=-1, committed_metadata=""))
-    answer = peer.call(req(OFFSET_COMMIT, group_id=group, generation_id_or_member_epoch=generation, member_id=member,
-                           group_instance_id=instance,
-                           topics=tuple(sub(OFFSET_COMMIT, "OffsetCommitRequestTopic", name=t, partitions=tuple(ps))
-                                        for t, ps in by_topic.items())))
+        by_topic.setdefault(t, []).append(sub(OFFSET_COMMIT, "OffsetCommitRequestPartition", version=version,
+                                              partition_index=p, committed_offset=o, committed_leader_epoch=-1,
+                                              committed_metadata=""))
+    answer = peer.call(req(OFFSET_COMMIT, version=version, group_id=group, generation_id_or_member_epoch=generation,
+                           member_id=member, group_instance_id=instance,
+                           topics=tuple(sub(OFFSET_COMMIT, "OffsetCommitRequestTopic", version=version, name=t,
+                                            partitions=tuple(ps)) for t, ps in by_topic.items())))
     return {(t.name, p.partition_index): code(p.error_code) for t in answer.topics for p in t.partitions}
 
 

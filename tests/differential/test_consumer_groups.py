@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import Any
 
+from tests.differential.groups import commit
 from tests.differential.wire import DESCRIBE_GROUPS, LIST_GROUPS, Peer, Peers, code, req, sub, unique
 
 HEARTBEAT_68, DESCRIBE_69 = 68, 69
@@ -156,12 +157,25 @@ def test_members_join_and_leave_reconciling_without_double_ownership(peers: Peer
         settle([a, b], lambda: a.owned == [0, 1] and b.owned == [2, 3]  # noqa: B023
                and _describe(peer, group)[1] == "Stable")  # noqa: B023
         states += [("both", a.epoch, b.epoch), _describe(peer, group), _classic(peer, group), _listed(peer, group)]
+        states.append(_commits_at_epochs(peer, group, topic, a, b, alone=states[0][1]))
         assert b.beat(epoch=-1) == "NONE"
         b.owned = []
         settle([a], lambda: a.owned == [0, 1, 2, 3])  # noqa: B023
         states += [("a again", a.epoch), _describe(peer, group)]
         seen[peer.name] = states
     assert seen["kafscale"] == seen["kafka"]
+
+
+def _commits_at_epochs(peer: Peer, group: str, topic: str, a: Member, b: Member, alone: int) -> Any:
+    """OffsetCommit v9 at member epochs other than the current one (KIP-1251, Kafka 4.3): a at the epoch it had
+    alone, for a partition it kept (0) and one it gave up to b (2); a at an epoch it never had; b at the epoch before
+    its current one, for a partition it got at its current one; a at its epoch, for its partition and b's."""
+    def at(member: Member, epoch: int, partitions: list[int]) -> list[str]:
+        answer = commit(peer, group, {(topic, p): 1 for p in partitions}, member=member.id, generation=epoch,
+                        version=9)
+        return [answer[(topic, p)] for p in partitions]
+
+    return ("commits", at(a, alone, [0, 2]), at(a, a.epoch + 1, [0]), at(b, b.epoch - 1, [2]), at(a, a.epoch, [1, 2]))
 
 
 def _describe(peer: Peer, group: str) -> Any:
@@ -197,3 +211,42 @@ def test_a_topic_looked_up_by_id_with_an_empty_name(peers: Peers, topic: str) ->
                                 include_topic_authorized_operations=False)).topics
         answers.append((code(found.error_code), found.name, len(found.partitions)))
     assert answers[1] == answers[0] == ("NONE", topic, 2)
+
+
+def test_commits_at_an_older_member_epoch_as_kafka_accepts_them(peers: Peers, topic: str) -> None:
+    """KIP-1251 (Kafka 4.3): OffsetCommit v9 at an epoch older than the member's. An epoch bump that left a's
+    partitions alone (another member joined for another topic) still accepts a's commits at the epoch before; once
+    a's partitions changed (b joined and took half, then left and gave it back), only the epoch of the change does.
+    Epoch numbers are not compared (Kafscale bumps twice where a joining member brings a new topic, Kafka once)."""
+    seen: dict[str, list[Any]] = {}
+    for peer in peers:
+        group, other = unique("cg-epochs"), unique("other")
+        peer.create_ready(topic, 4)
+        peer.create_ready(other, 2)
+        topic_id(peer, topic)
+        topic_id(peer, other)
+        peer.coordinator(group)
+        a, b = Member(peer, group, "a" + uuid.uuid4().hex, topic), Member(peer, group, "b" + uuid.uuid4().hex, topic)
+        c = Member(peer, group, "c" + uuid.uuid4().hex, other)
+        settle([a], lambda: a.owned == [0, 1, 2, 3])  # noqa: B023
+        alone = a.epoch
+        deadline = time.monotonic() + 30
+        while not (a.epoch > alone and c.owned == [0, 1] and _describe(peer, group)[1] == "Stable"):
+            assert time.monotonic() < deadline, "the group did not settle with c"
+            c.beat()
+            a.beat()
+        assert a.owned == [0, 1, 2, 3]
+        states: list[Any] = [("unchanged", [commit(peer, group, {(topic, 0): 1}, member=a.id, generation=e, version=9)
+                                            for e in (alone, a.epoch, a.epoch + 1)])]
+        assert c.beat(epoch=-1) == "NONE"
+        settle([a, b], lambda: a.owned == [0, 1] and b.owned == [2, 3]  # noqa: B023
+               and _describe(peer, group)[1] == "Stable")  # noqa: B023
+        halved = a.epoch
+        assert b.beat(epoch=-1) == "NONE"
+        b.owned = []
+        settle([a], lambda: a.owned == [0, 1, 2, 3] and _describe(peer, group)[1] == "Stable")  # noqa: B023
+        states.append(("changed", [commit(peer, group, {(topic, 0): 1, (topic, 2): 1}, member=a.id, generation=e,
+                                          version=9) for e in (alone, halved, a.epoch)]))
+        seen[peer.name] = states
+    assert seen["kafscale"] == seen["kafka"]
+    assert seen["kafka"][0][1][0] == {(topic, 0): "NONE"}  # the case KIP-1251 is for

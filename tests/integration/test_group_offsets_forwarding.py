@@ -47,7 +47,7 @@ async def test_offsets_asked_of_the_wrong_shard_come_from_the_coordinator(pair: 
     error, coordinator = await pair[0].groups.lookup(group, create=True)
     assert error == ErrorCode.none and coordinator is not None
     committed = await coordinator.commit("", None, -1, [("t", 1, OffsetEntry(42, -1, "m", int(time.time() * 1000)))])
-    assert committed == ErrorCode.none
+    assert committed == {("t", 1): ErrorCode.none}
 
     assert (await pair[1].groups.lookup(group))[0] == ErrorCode.not_coordinator  # as a client would meet it
     answer = await pair[1].group_offsets(group)

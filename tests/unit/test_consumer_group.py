@@ -202,19 +202,57 @@ def test_a_static_member_that_left_temporarily_gets_its_partitions_back_under_a_
     assert join(g, "y", 3, instance_id="host-1").error == ErrorCode.unreleased_instance_id
 
 
+def commit(g: ConsumerGroup, member: str, epoch: int, tp: tuple[str, int] = ("t", 0), api_version: int = 9,
+           transactional: bool = False) -> ErrorCode:
+    return g.check_commit(member, epoch, api_version=api_version, transactional=transactional).partition_error(*tp)
+
+
 def test_offset_commits_and_fetches_are_checked_against_member_epochs() -> None:
     g = ConsumerGroup("g", SETTINGS, 0)
-    assert g.check_commit("", -1, api_version=9, transactional=False) == ErrorCode.none  # empty: admin commits
+    assert commit(g, "", -1) == ErrorCode.none  # empty: admin commits
     a = join(g, "a")
-    assert g.check_commit("", -1, api_version=9, transactional=False) == ErrorCode.unknown_member_id
-    assert g.check_commit("a", a.member_epoch, api_version=9, transactional=False) == ErrorCode.none
-    assert g.check_commit("a", a.member_epoch - 1, api_version=9, transactional=False) == ErrorCode.stale_member_epoch
-    assert g.check_commit("a", a.member_epoch, api_version=8, transactional=False) == ErrorCode.unsupported_version
-    assert g.check_commit("a", a.member_epoch, api_version=3, transactional=True) == ErrorCode.none
+    assert commit(g, "", -1) == ErrorCode.unknown_member_id
+    assert commit(g, "a", a.member_epoch) == ErrorCode.none
+    assert commit(g, "a", a.member_epoch + 1) == ErrorCode.stale_member_epoch
+    assert commit(g, "a", a.member_epoch - 1) == ErrorCode.stale_member_epoch  # it owned nothing before
+    assert commit(g, "a", a.member_epoch, api_version=8) == ErrorCode.unsupported_version
+    assert commit(g, "a", a.member_epoch, api_version=3, transactional=True) == ErrorCode.none
     assert g.check_fetch(None, -1) == ErrorCode.none
     assert g.check_fetch("a", a.member_epoch) == ErrorCode.none
     assert g.check_fetch("a", 0) == ErrorCode.stale_member_epoch
     assert g.check_fetch("b", 1) == ErrorCode.unknown_member_id
+
+
+def test_a_commit_at_an_older_epoch_writes_what_the_member_owned_since_then() -> None:
+    """KIP-1251 (Kafka 4.3), as Kafka 4.4 answers it (tests/differential/test_consumer_groups.py): a heartbeat bumps
+    a member's epoch before the member hears of it. An epoch bump that left its partitions as they were accepts its
+    commits at the epoch before; once its partitions change, only commits from the epoch of the change on."""
+    g = ConsumerGroup("g", SETTINGS, 0)
+    a = join(g, "a")
+    first = a.member_epoch
+    beat(g, "a", first, as_owned(parts(a)))
+    join(g, "c", topics=("u",))  # another topic: a's partitions stay, its epoch moves on
+    beat(g, "a", first, as_owned(parts(a)))
+    bumped = g.members["a"].epoch
+    assert bumped > first and g.members["a"].assigned == {"t": frozenset(range(6))}
+    assert commit(g, "a", first, ("t", 0)) == ErrorCode.none
+    assert commit(g, "a", bumped, ("t", 0)) == ErrorCode.none
+    assert commit(g, "a", bumped + 1, ("t", 0)) == ErrorCode.stale_member_epoch  # an epoch it never had
+    assert commit(g, "a", first, ("u", 0)) == ErrorCode.stale_member_epoch  # c's, never a's
+
+    join(g, "b")  # a must give up half of t
+    revoking = beat(g, "a", bumped, as_owned(parts(a)))
+    kept = parts(revoking)
+    given_up = parts(a) - kept
+    assert commit(g, "a", first, next(iter(given_up))) == ErrorCode.none  # still a's until it confirms
+    beat(g, "a", bumped, as_owned(kept))  # revoked: a takes the new epoch with a changed set
+    changed = g.members["a"].epoch
+    for tp in kept:
+        assert commit(g, "a", bumped, tp) == ErrorCode.stale_member_epoch
+        assert commit(g, "a", changed, tp) == ErrorCode.none
+    for tp in given_up:
+        assert commit(g, "a", changed, tp) == ErrorCode.none  # at its current epoch, any partition (as Kafka)
+        assert commit(g, "a", bumped, tp) == ErrorCode.stale_member_epoch
 
 
 def test_the_stored_group_loads_back_the_same() -> None:
@@ -228,6 +266,7 @@ def test_the_stored_group_loads_back_the_same() -> None:
     assert loaded.members["a"].state is g.members["a"].state
     assert loaded.members["a"].session_deadline == 110.0
     assert loaded.static_members == {"i": "a"}
+    assert loaded.members["a"].assigned_at == g.members["a"].assigned_at != {}
 
 
 def test_uniform_is_balanced_and_sticky() -> None:

@@ -59,7 +59,7 @@ async def test_commit_is_in_the_store_when_acknowledged_and_restored_after_resta
     coordinator = await r.get("g/with/slashes")
     assert coordinator is not None
     parts = [("t", p, entry(p * 10)) for p in range(250)]  # more than one etcd transaction's worth
-    assert await coordinator.commit(member, None, generation, parts) == ErrorCode.none
+    assert set((await coordinator.commit(member, None, generation, parts)).values()) == {ErrorCode.none}
     stored = await store.range(keys.group_offsets("g/with/slashes"))
     assert len(stored) == 250
     await r.close()
@@ -82,7 +82,7 @@ async def test_concurrent_commits_share_transactions_and_each_is_durable_when_an
     before = await store.revision()
 
     async def commit(p: int) -> ErrorCode:
-        error = await coordinator.commit(member, None, generation, [("t", p, entry(p))])
+        error = (await coordinator.commit(member, None, generation, [("t", p, entry(p))]))[("t", p)]
         assert (await store.get(keys.group_offset("busy", "t", p))) is not None  # durable before the answer
         return error
 
@@ -101,12 +101,12 @@ async def test_replaced_coordinator_cannot_write(store: EmbeddedStore) -> None:
     new = await registry(store, shard_id=1)  # takes the coordinator epoch of every stored group
     await asyncio.wait_for(new._loaded.wait(), 10)
     assert "g" in new.groups
-    assert await zombie.commit(member, None, generation, [("t", 0, entry(5))]) == ErrorCode.not_coordinator
+    assert await zombie.commit(member, None, generation, [("t", 0, entry(5))]) == {("t", 0): ErrorCode.not_coordinator}
     assert "g" not in old.groups and zombie.group.state is State.DEAD
     assert await store.get(keys.group_offset("g", "t", 0)) is None
     current = await new.get("g")
     assert current is not None
-    assert await current.commit(member, None, generation, [("t", 0, entry(6))]) == ErrorCode.none
+    assert await current.commit(member, None, generation, [("t", 0, entry(6))]) == {("t", 0): ErrorCode.none}
     kv = await store.get(keys.group_coordinator("g"))
     assert kv is not None and kv.value == {"epoch": 2, "shard": 1}
     await old.close()
@@ -119,7 +119,7 @@ async def test_standalone_commits_and_unknown_groups(store: EmbeddedStore) -> No
     assert await store.get(keys.group_coordinator("nothing")) is None  # a lookup takes no coordinator key
     standalone = await r.get("simple", create=True)
     assert standalone is not None
-    assert await standalone.commit("", None, -1, [("t", 0, entry(3))]) == ErrorCode.none
+    assert await standalone.commit("", None, -1, [("t", 0, entry(3))]) == {("t", 0): ErrorCode.none}
     record = await store.get(keys.group("simple"))
     assert record is not None and record.value["members"] == []
     assert [c.group_id for c in await r.all_groups()] == ["simple"]

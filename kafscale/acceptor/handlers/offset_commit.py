@@ -68,8 +68,10 @@ async def _commit(req: Any, broker: Broker, ctx: RequestContext) -> dict[tuple[s
         if coordinator is None:  # a generation for a group that does not exist
             error = ErrorCode.illegal_generation
         else:
-            error = await coordinator.commit(getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
-                                             generation, entries, ctx.api_version)
+            errors.update(await coordinator.commit(getattr(req, "member_id", ""),
+                                                   getattr(req, "group_instance_id", None), generation, entries,
+                                                   ctx.api_version))
+            return errors
     for t, p, _ in entries:
         errors[(t, p)] = error
     return errors

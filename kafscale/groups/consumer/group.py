@@ -60,6 +60,22 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
+class CommitCheck:
+    """What an offset commit may write: nothing (`error`), everything, or, at an epoch older than its member's
+    (KIP-1251), the partitions the member owned by that epoch and still owns; the others get STALE_MEMBER_EPOCH. A
+    heartbeat bumps a member's epoch before the member hears of it, and its commits in between are not stale."""
+    error: ErrorCode
+    member: ConsumerMember | None = None
+    epoch: int = 0
+
+    def partition_error(self, topic: str, partition: int) -> ErrorCode:
+        if self.error != ErrorCode.none or self.member is None:
+            return self.error
+        return ErrorCode.none if self.member.may_commit_at(self.epoch, topic, partition) \
+            else ErrorCode.stale_member_epoch
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatAnswer:
     error: int
     message: str | None = None
@@ -141,21 +157,24 @@ class ConsumerGroup:
                 self._remove(member, now)  # did not revoke in its rebalance timeout: fenced
 
     def check_commit(self, member_id: str, member_epoch: int, *, api_version: int,
-                     transactional: bool) -> ErrorCode:
+                     transactional: bool) -> CommitCheck:
         """Kafka's ConsumerGroup.validateOffsetCommit: a commit naming no member goes to an empty group only; a
-        member commits at its current epoch, through OffsetCommit v9 or later (or in a transaction)."""
+        member commits through OffsetCommit v9 or later (or in a transaction), at its current epoch or, for the
+        partitions it owned by then, an older one (KIP-1251, Kafka 4.3)."""
         if self.dead:
-            return ErrorCode.coordinator_not_available
+            return CommitCheck(ErrorCode.coordinator_not_available)
         if member_epoch < 0 and not self.members:
-            return ErrorCode.none
+            return CommitCheck(ErrorCode.none)
         member = self.members.get(member_id)
         if member is None:
-            return ErrorCode.unknown_member_id
+            return CommitCheck(ErrorCode.unknown_member_id)
         if not transactional and api_version < 9:
-            return ErrorCode.unsupported_version
-        if member_epoch != member.epoch:
-            return ErrorCode.stale_member_epoch
-        return ErrorCode.none
+            return CommitCheck(ErrorCode.unsupported_version)
+        if member_epoch > member.epoch or member_epoch < 0:
+            return CommitCheck(ErrorCode.stale_member_epoch)
+        if member_epoch < member.epoch:
+            return CommitCheck(ErrorCode.none, member, member_epoch)
+        return CommitCheck(ErrorCode.none)
 
     def check_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9+: an admin (no member) fetches freely; a member only at its current epoch."""
@@ -264,6 +283,7 @@ class ConsumerGroup:
                 del self.members[holder.member_id]
                 replaced = ConsumerMember(member_id=member_id, instance_id=hb.instance_id, epoch=0,
                                           previous_epoch=-1, assigned=holder.assigned,
+                                          assigned_at={tp: 0 for tp in partitions_of(holder.assigned)},
                                           subscribed_names=holder.subscribed_names,
                                           subscribed_regex=holder.subscribed_regex,
                                           server_assignor=holder.server_assignor)
@@ -345,7 +365,7 @@ class ConsumerGroup:
         self.store_requested = True
 
     def _release(self, member: ConsumerMember) -> None:
-        member.assigned, member.revoking = {}, {}
+        member.assigned, member.revoking, member.assigned_at = {}, {}, {}
 
     # ---------------------------------------------------------------- assignment
 

@@ -37,6 +37,11 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)  # owned, and may be used
     revoking: Assignment = field(default_factory=dict)  # owned, to be given up
+    # KIP-1251: the member epoch at which each owned partition was assigned. A commit at an older epoch than the
+    # member's is accepted for partitions it had by then. As Kafka 4.4 keeps it (checked side by side): an epoch
+    # bump that leaves the member's partitions as they were keeps their epochs; any change of them (a revocation,
+    # an addition) stamps them all with the new epoch.
+    assigned_at: dict[tuple[str, int], int] = field(default_factory=dict)
     session_deadline: float = NEVER
     revoke_deadline: float = NEVER  # while UNREVOKED_PARTITIONS: fenced past it
     # Whether the member has shown (its owned partitions in a heartbeat) that it has its current assignment; until
@@ -45,6 +50,12 @@ class ConsumerMember:
 
     def owned(self) -> set[tuple[str, int]]:
         return {(t, p) for a in (self.assigned, self.revoking) for t, ps in a.items() for p in ps}
+
+    def may_commit_at(self, epoch: int, topic: str, partition: int) -> bool:
+        """KIP-1251: whether a commit at `epoch` (at most the member's) may write this partition: the member still
+        owns it, and owned it at that epoch."""
+        assigned_at = self.assigned_at.get((topic, partition))
+        return assigned_at is not None and assigned_at <= epoch
 
 
 def partitions_of(assignment: Mapping[str, frozenset[int]]) -> set[tuple[str, int]]:
@@ -83,5 +94,7 @@ def reconcile(member: ConsumerMember, target: Assignment, target_epoch: int, rep
                                    revoke_deadline=now + member.rebalance_timeout_ms / 1000)
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
     previous = member.previous_epoch if member.epoch == target_epoch else member.epoch
+    unchanged = not member.revoking and take == member.assigned
+    assigned_at = member.assigned_at if unchanged else {(t, p): target_epoch for t, ps in take.items() for p in ps}
     return dataclasses.replace(member, state=state, epoch=target_epoch, previous_epoch=previous, assigned=take,
-                               revoking={}, revoke_deadline=NEVER)
+                               revoking={}, revoke_deadline=NEVER, assigned_at=assigned_at)

@@ -28,6 +28,7 @@ def consumer_group_value(group: ConsumerGroup) -> dict[str, Any]:
             "regex": m.subscribed_regex, "assignor": m.server_assignor, "epoch": m.epoch,
             "previous_epoch": m.previous_epoch, "state": m.state.value, "assigned": _assignment_value(m.assigned),
             "revoking": _assignment_value(m.revoking),
+            "assigned_at": [[t, p, e] for (t, p), e in sorted(m.assigned_at.items())],
         } for m in group.members.values()],
     }
 
@@ -49,6 +50,10 @@ def load_consumer_group(group_id: str, value: dict[str, Any], settings: Consumer
             server_assignor=v.get("assignor"), epoch=int(v["epoch"]), previous_epoch=int(v["previous_epoch"]),
             state=MemberState(v["state"]), assigned=_assignment(v["assigned"]), revoking=_assignment(v["revoking"]),
             session_deadline=now + settings.session_timeout_ms / 1000)
+        # A record written before assignment epochs were kept: as if assigned at the member's epoch (commits at
+        # older epochs are refused, as they were then).
+        member.assigned_at = {(t, int(p)): int(e) for t, p, e in v["assigned_at"]} if "assigned_at" in v \
+            else dict.fromkeys(member.owned(), member.epoch)
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             member.revoke_deadline = now + member.rebalance_timeout_ms / 1000
         else:

@@ -57,6 +57,11 @@ class BatchedWrites:
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
         return done
 
+    @property
+    def idle(self) -> bool:
+        """Nothing submitted is still waiting to be written."""
+        return self._last is None or self._last.done()
+
     def written(self) -> asyncio.Future[None]:
         """Completes once everything submitted so far is durable, with the outcome of the last write: an answer
         that reveals state must not go out before the state is stored."""

@@ -108,9 +108,13 @@ class GroupCoordinator:
                 group.store_requested = False
                 stored = self._writes.submit([Put(keys.group(self.group_id), self._group_value())],
                                              self._stored)
-            else:  # what this answer tells may come from another member's change, not yet durable
+            elif not self._writes.idle:  # what this answer tells may come from a change not yet durable
                 stored = self._writes.written()
+            else:
+                stored = None
             self._wake.set()  # sessions and revocation deadlines moved
+        if stored is None:  # answered without another turn of a busy event loop
+            return answer
         error = await self._outcome(stored, "storing the group")
         return answer if error == ErrorCode.none else HeartbeatAnswer(error)
 

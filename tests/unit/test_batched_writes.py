@@ -107,10 +107,11 @@ async def test_a_failed_transaction_fails_its_writes_only(store: EmbeddedStore) 
 async def test_written_waits_for_everything_submitted_before_and_reports_its_outcome(store: EmbeddedStore) -> None:
     rec = Recorder(store)
     writes = BatchedWrites(rec.write)
-    assert writes.written().done()  # nothing submitted: nothing to wait for
+    assert writes.idle and writes.written().done()  # nothing submitted: nothing to wait for
     rec.gate.clear()
     rec.fail_next = True
     writes.submit([Put("a", 1)]).add_done_callback(lambda f: f.exception())
+    assert not writes.idle
     barrier = writes.written()
     await asyncio.sleep(0.01)
     assert not barrier.done()
@@ -119,6 +120,7 @@ async def test_written_waits_for_everything_submitted_before_and_reports_its_out
         await barrier
     await writes.submit([Put("b", 1)])
     await writes.written()
+    assert writes.idle
 
 
 async def test_prefix_deletes_and_oversized_writes_go_alone_in_order(store: EmbeddedStore) -> None:

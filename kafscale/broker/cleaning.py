@@ -46,8 +46,10 @@ class CleanerSettings:
     map_entries: int = 1_000_000
 
 
-# A pass in a Ray task yields the CPU to the shards on its node: a produce request waits for no cleaning.
-PASS_NICENESS = 10
+# A pass in a Ray task yields the CPU to the shards on its node: a produce request waits for no cleaning. At nice 10
+# the pass still took about a tenth of a contended core and moved the produce p99 by 12 %; at 19 it gets what the
+# shards leave (compaction is background work: Kafka throttles its cleaner's I/O instead).
+PASS_NICENESS = 19
 
 
 def run_in_thread(job: Job, store: ObjectStore) -> Awaitable[Outcome]:

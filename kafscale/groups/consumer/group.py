@@ -94,7 +94,9 @@ class ConsumerGroup:
         self.settings = settings
         self.members: dict[str, ConsumerMember] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
-        self.epoch = 0  # the group epoch: bumped when members or their subscriptions change
+        # The group epoch: bumped once by a heartbeat that changes members, subscriptions or the subscribed
+        # topics. A new group starts at 1, so its first member gets epoch 2, as Kafka 4.4 answers it.
+        self.epoch = 1
         self.assignment_epoch = 0  # the epoch the target assignment was computed at
         self.target: dict[str, Assignment] = {}
         self.subscribed: dict[str, int] = {}  # subscribed topics -> partitions, as of the last epoch
@@ -215,10 +217,9 @@ class ConsumerGroup:
         before = (member.assigned, member.epoch)
         member = self._update_subscription(member, hb, now)
         self.members[member.member_id] = member  # a joining member counts in the subscriptions and the assignment
-        if self._changed:
-            self._changed = False
+        changed, self._changed = self._changed, False
+        if self._refresh_subscribed(topics) or changed:  # one bump for all this heartbeat changed (as Kafka)
             self.epoch += 1
-        self._refresh_subscribed(topics)
         if self.epoch > self.assignment_epoch:
             self._assign(topics)
         member = reconcile(member, self.target.get(member.member_id, {}), self.assignment_epoch, hb.owned,
@@ -359,9 +360,11 @@ class ConsumerGroup:
         if member.instance_id is not None and self.static_members.get(member.instance_id) == member.member_id:
             del self.static_members[member.instance_id]
         self.epoch += 1
+        # Topics only it subscribed to go in the same bump (as Kafka), not in a second one at the next heartbeat.
+        still = set().union(*(self.resolved(m, self.subscribed) for m in self.members.values()))
+        self.subscribed = {t: n for t, n in self.subscribed.items() if t in still}
         if not self.members:
             self.state_since = now
-            self.subscribed = {}
         self.store_requested = True
 
     def _release(self, member: ConsumerMember) -> None:
@@ -377,14 +380,15 @@ class ConsumerGroup:
             found |= {t for t in topics if pattern.fullmatch(t)}
         return frozenset(found)
 
-    def _refresh_subscribed(self, topics: Mapping[str, int]) -> None:
-        """A subscribed topic created, deleted or grown changes what there is to assign: a new group epoch."""
-        active = [m for m in self.members.values()]
-        subscribed = {t: topics[t] for m in active for t in self.resolved(m, topics)}
-        if subscribed != self.subscribed:
-            self.subscribed = subscribed
-            self.epoch += 1
-            self.store_requested = True
+    def _refresh_subscribed(self, topics: Mapping[str, int]) -> bool:
+        """Whether what there is to assign changed (a subscribed topic created, deleted or grown, or a topic newly
+        subscribed to): the caller bumps the group epoch."""
+        subscribed = {t: topics[t] for m in self.members.values() for t in self.resolved(m, topics)}
+        if subscribed == self.subscribed:
+            return False
+        self.subscribed = subscribed
+        self.store_requested = True
+        return True
 
     def _assign(self, topics: Mapping[str, int]) -> None:
         self.assignor = self._preferred_assignor()

@@ -65,28 +65,18 @@ class BatchedWrites:
     def written(self) -> asyncio.Future[None]:
         """Completes once everything submitted so far is durable, with the outcome of the last write: an answer
         that reveals state must not go out before the state is stored."""
-        last = self._last
-        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if last is None:
-            outcome.set_result(None)
-        else:
-            def copy(f: asyncio.Future[None]) -> None:
-                if not outcome.done():
-                    if f.cancelled() or f.exception() is None:
-                        outcome.set_result(None)
-                    else:
-                        outcome.set_exception(f.exception())  # type: ignore[arg-type]
-            last.add_done_callback(copy)
-        return outcome
+        if self._last is None:
+            none: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            none.set_result(None)
+            return none
+        return asyncio.shield(self._last)  # a caller giving up must not cancel the write itself
 
     async def _flush(self) -> None:
         while self._queue:
             batch, ops = self._take()
             try:
-                for i in range(0, max(len(ops), 1), self._max_ops):
-                    chunk = ops[i:i + self._max_ops]
-                    if chunk:
-                        await self._write(chunk)
+                for i in range(0, len(ops), self._max_ops):
+                    await self._write(ops[i:i + self._max_ops])
             except Exception as e:  # every write in the batch failed the same way; their callers decide
                 for r in batch:
                     if not r.done.done():
@@ -105,20 +95,17 @@ class BatchedWrites:
         """The next batch, from the head of the queue: whole requests, each key once, at most max_ops ops (a
         larger single request or one with a prefix delete alone)."""
         first = self._queue.pop(0)
-        batch, by_key = [first], {_key(op): op for op in first.ops}
+        batch, by_key = [first], {op.key: op for op in first.ops}
         if first.alone or len(by_key) > self._max_ops:
             return batch, list(first.ops)
         while self._queue and not self._queue[0].alone:
             merged = dict(by_key)
             for op in self._queue[0].ops:
-                merged.pop(_key(op), None)  # the later write goes after the earlier ones it replaces
-                merged[_key(op)] = op
+                merged.pop(op.key, None)  # the later write goes after the earlier ones it replaces
+                merged[op.key] = op
             if len(merged) > self._max_ops:
                 break
             batch.append(self._queue.pop(0))
             by_key = merged
         return batch, list(by_key.values())
 
-
-def _key(op: Op) -> str:
-    return op.key

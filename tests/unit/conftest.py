@@ -1,4 +1,5 @@
-"""Fixtures the partition-owner tests share (test_partition_owner, test_read_path, test_partition_txns)."""
+"""Fixtures the unit tests share: one partition's real stores (the partition-owner tests) and an embedded metadata
+store (the coordinators' and the batchers' tests)."""
 
 from __future__ import annotations
 
@@ -21,4 +22,14 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         yield e
     finally:
         await e.aclose()
+        await meta.close()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
+    """A real embedded metadata store, without fsync (no test here kills the process)."""
+    meta = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
+    try:
+        yield meta
+    finally:
         await meta.close()

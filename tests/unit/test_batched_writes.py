@@ -5,23 +5,12 @@ metadata store; the one fault injected is a failing transaction, which the store
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from kafscale.groups.batched_writes import BatchedWrites
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.metadata_store import Delete, MetadataStoreError, Op, Put
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
-    meta = EmbeddedStore(tmp_path / "meta.sqlite")
-    try:
-        yield meta
-    finally:
-        await meta.close()
 
 
 class Recorder:

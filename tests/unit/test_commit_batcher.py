@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-
-import pytest
+from collections.abc import Callable
 
 from kafscale.broker.commit_batcher import CommitBatcher
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.metadata_store import MAX_TXN_OPS, Compare, Op, Put
 from tests.unit.test_partition_owner import FlakyMeta
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
-    s = EmbeddedStore(tmp_path / "meta.sqlite", fsync=False)
-    yield s
-    await s.close()
 
 
 async def owner_keys(store: EmbeddedStore, n: int) -> list[int]:

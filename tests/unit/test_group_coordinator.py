@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from kafscale.cluster import keys
 from kafscale.groups.offsets import OffsetEntry
@@ -18,15 +14,6 @@ from kafscale.protocol.errors import ErrorCode
 from kafscale.storage.embedded_store import EmbeddedStore
 
 SESSION = 6000
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
-    meta = EmbeddedStore(tmp_path / "meta.sqlite")
-    try:
-        yield meta
-    finally:
-        await meta.close()
 
 
 async def registry(meta: EmbeddedStore, shard_id: int = 0) -> GroupRegistry:

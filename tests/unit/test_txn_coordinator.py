@@ -5,10 +5,6 @@ recovery of a prepared commit after a restart, and an incarnation fenced by anot
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from kafscale.cluster import keys
 from kafscale.protocol.errors import ErrorCode
@@ -19,15 +15,6 @@ from kafscale.transactions.registry import TransactionRegistry
 from kafscale.transactions.state import TxnMetadata, TxnState
 
 TIMEOUT = 60_000
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
-    meta = EmbeddedStore(tmp_path / "meta.sqlite")
-    try:
-        yield meta
-    finally:
-        await meta.close()
 
 
 class Fakes:

@@ -25,7 +25,12 @@ partitions/{topic}/{p}/producers/{pid}      {epoch, batches: [[first_seq, last_s
                                              txn_first]}  (txn_first: where its open transaction starts)
 producer_ids/next                           next free producer id
 groups/{g}                                  {generation, protocol_type, protocol, leader, state_ms, members: [...]}
-                                            written when the generation changes (and with a group's first commit)
+                                            written when the generation changes (and with a group's first commit);
+                                            a consumer-protocol group's: {type: consumer, epoch, assignment_epoch,
+                                            assignor, subscribed, state_ms}, its members under group_members/
+group_members/{g}/{member}                  {id, epoch, state, assigned, revoking, assigned_at, target, ...}   one
+                                            member of a consumer-protocol group, written when it changes
+                                            (groups/consumer/stored.py)
 group_offsets/{g}/{topic}/{p}               {offset, leader_epoch, metadata, commit_ms[, expire_ms]}
 group_txn_offsets/{g}/{producer_id}         {producer_epoch, transactional_id, started_ms, offsets: [[topic, p,
                                              {offset, leader_epoch, metadata, commit_ms}], ...]}   TxnOffsetCommit
@@ -39,7 +44,8 @@ transactions/{tid}                          {producer_id, producer_epoch, last_p
                                              its mod_revision (fencing of coordinator incarnations)
 security/scram/{user}/{mechanism}         {mechanism, iterations, salt, stored_key, server_key}   SCRAM
                                             credentials (never a password); {user} percent-encoded
-({g} is the group id percent-encoded: group ids may contain '/'; {tid}, the transactional id, likewise.)
+({g} is the group id percent-encoded: group ids may contain '/'; {member}, {tid}, the member and transactional
+ids, likewise.)
 """
 
 from __future__ import annotations
@@ -126,6 +132,14 @@ def group_offsets(group_id: str) -> str:
 
 def group_offset(group_id: str, topic_name: str, partition: int) -> str:
     return f"{group_offsets(group_id)}{topic_name}/{partition}"
+
+
+def group_members(group_id: str) -> str:
+    return f"group_members/{_group(group_id)}/"
+
+
+def group_member(group_id: str, member_id: str) -> str:
+    return group_members(group_id) + quote(member_id, safe="")
 
 
 def group_txn_offsets(group_id: str) -> str:

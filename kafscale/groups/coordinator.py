@@ -27,10 +27,11 @@ from kafscale.cluster import keys
 from kafscale.groups import txn_offsets
 from kafscale.groups.batched_writes import BatchedWrites
 from kafscale.groups.consumer.group import ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer
-from kafscale.groups.consumer.stored import consumer_group_value
+from kafscale.groups.consumer.stored import consumer_group_records
 from kafscale.groups.offsets import OffsetEntry, TopicPartition, expired_offsets
 from kafscale.groups.state import Group, GroupSettings, JoinResult, State, SyncResult
-from kafscale.groups.stored import group_value
+from kafscale.groups.stored import group_records
+from kafscale.groups.stored_records import StoredRecords
 from kafscale.groups.txn_offsets import PendingOffsets, parse_pending
 from kafscale.storage.metadata_store import Compare, Delete, MetadataStore, MetadataStoreError, Op, Put
 
@@ -46,7 +47,8 @@ class GroupCoordinator:
     def __init__(self, group: Group | ConsumerGroup, *, meta: MetadataStore, revision: int,
                  offsets: dict[TopicPartition, OffsetEntry], persisted: bool,
                  on_dead: Callable[[GroupCoordinator], None], pending: dict[int, PendingOffsets] | None = None,
-                 classic: GroupSettings | None = None, consumer: ConsumerSettings | None = None) -> None:
+                 classic: GroupSettings | None = None, consumer: ConsumerSettings | None = None,
+                 stored: dict[str, Any] | None = None) -> None:
         self.group_id = group.group_id
         # Either protocol's group: an empty group of one kind becomes the other when the other protocol joins it.
         self.group: Group | ConsumerGroup = group
@@ -57,6 +59,7 @@ class GroupCoordinator:
         self.meta = meta
         self._revision = revision
         self._persisted = persisted  # the group's record exists in the store
+        self._records = StoredRecords(stored)  # the group's records (header, members) as last written
         self._on_dead = on_dead
         self._lock = asyncio.Lock()
         self._waiters: dict[int, asyncio.Future[Any]] = {}
@@ -106,8 +109,7 @@ class GroupCoordinator:
             answer = group.heartbeat(time.time(), hb, topics, version)
             if group.store_requested:
                 group.store_requested = False
-                stored = self._writes.submit([Put(keys.group(self.group_id), self._group_value())],
-                                             self._stored)
+                stored = self._submit_group([], self._stored)
             elif not self._writes.idle:  # what this answer tells may come from a change not yet durable
                 stored = self._writes.written()
             else:
@@ -177,13 +179,25 @@ class GroupCoordinator:
                 break
         self._wake.set()
 
-    def _group_value(self, assignment: dict[str, bytes] | None = None) -> dict[str, Any]:
+    def _submit_group(self, ops: list[Op], applied: Callable[[], None] | None,
+                      assignment: dict[str, bytes] | None = None) -> asyncio.Future[None]:
+        """Write the group's records that changed since the last write (and what was not written for sure), then
+        `ops`, in one submission."""
         if isinstance(self.group, ConsumerGroup):
-            return consumer_group_value(self.group)
-        return group_value(self.group, assignment)
+            wanted = consumer_group_records(self.group)
+        else:
+            wanted = group_records(self.group, assignment)
+        changes, touched = self._records.changes(wanted)
+        written = self._writes.submit(changes + ops, applied)
+
+        def failed(f: asyncio.Future[None]) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                self._records.failed(touched)
+        written.add_done_callback(failed)
+        return written
 
     async def _store_group(self, assignment: dict[str, bytes] | None) -> ErrorCode:
-        stored = self._writes.submit([Put(keys.group(self.group_id), self._group_value(assignment))], self._stored)
+        stored = self._submit_group([], self._stored, assignment)
         return await self._outcome(stored, f"storing generation {self.group.generation}")
 
     def _stored(self) -> None:
@@ -241,15 +255,14 @@ class GroupCoordinator:
             if not accepted:
                 return errors
             ops: list[Op] = [Put(keys.group_offset(self.group_id, t, p), e.to_value()) for t, p, e in accepted]
-            if not self._persisted:  # a standalone group becomes visible (ListGroups) with its first commit
-                ops.insert(0, Put(keys.group(self.group_id), self._group_value()))
 
             def applied() -> None:
                 self._persisted = True
                 for t, p, e in accepted:
                     self.offsets[(t, p)] = e
 
-            written = self._writes.submit(ops, applied)
+            # A standalone group becomes visible (ListGroups) with its first commit.
+            written = self._writes.submit(ops, applied) if self._persisted else self._submit_group(ops, applied)
         stored = await self._offsets_outcome(written)
         return {tp: stored if error == ErrorCode.none else error for tp, error in errors.items()}
 
@@ -339,7 +352,8 @@ class GroupCoordinator:
     async def _remove_group(self) -> ErrorCode:
         """Group record, offsets (pending ones too) and coordinator key go in one fenced transaction."""
         error = await self._outcome(self._writes.submit([
-            Delete(keys.group(self.group_id)), Delete(keys.group_offsets(self.group_id), prefix=True),
+            Delete(keys.group(self.group_id)), Delete(keys.group_members(self.group_id), prefix=True),
+            Delete(keys.group_offsets(self.group_id), prefix=True),
             Delete(keys.group_txn_offsets(self.group_id), prefix=True), Delete(keys.group_coordinator(self.group_id))
         ]), "delete")
         if error != ErrorCode.none:
@@ -371,9 +385,10 @@ class GroupCoordinator:
             record = txn_offsets.add_offsets(self.pending.get(producer_id), producer_id, producer_epoch,
                                              transactional_id, entries, int(time.time() * 1000))
             ops: list[Op] = [Put(keys.group_txn_offset(self.group_id, producer_id), record.to_value())]
-            if not self._persisted:  # as a standalone commit: the group must exist for a reload to find it
-                ops.insert(0, Put(keys.group(self.group_id), self._group_value()))
-            error = await self._write_offsets(ops)
+            if self._persisted:
+                error = await self._write_offsets(ops)
+            else:  # as a standalone commit: the group must exist for a reload to find it
+                error = await self._offsets_outcome(self._submit_group(ops, None))
             if error == ErrorCode.none:
                 self._persisted = True
                 self.pending[producer_id] = record

@@ -119,17 +119,21 @@ class GroupRegistry:
             return None
         offsets = parse_offsets(group_id, await self.meta.range(keys.group_offsets(group_id)))
         pending = parse_pending(group_id, await self.meta.range(keys.group_txn_offsets(group_id)))
+        # Read for a classic group too: what a consumer group left there is deleted with the group's next write.
+        members = await self.meta.range(keys.group_members(group_id))
         now = time.time()
         group: Group | ConsumerGroup
         if record is None:
             group = Group(group_id, self.settings, now)
         elif is_consumer_group(record.value):
-            group = load_consumer_group(group_id, record.value, self.consumer_settings, now)
+            group = load_consumer_group(group_id, record.value, [kv.value for kv in members],
+                                        self.consumer_settings, now)
         else:
             group = load_group(group_id, record.value, self.settings, now)
+        stored = {kv.key: kv.value for kv in [*([record] if record is not None else []), *members]}
         coordinator = GroupCoordinator(group, meta=self.meta, revision=revision, offsets=offsets,
                                        persisted=record is not None, on_dead=self._dropped, pending=pending,
-                                       classic=self.settings, consumer=self.consumer_settings)
+                                       classic=self.settings, consumer=self.consumer_settings, stored=stored)
         if self.closed or not self.owns(group_id):
             raise MetadataStoreError("shard is stopping" if self.closed else f"group {group_id} moved away")
         self.groups[group_id] = coordinator

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafscale.cluster import keys
 from kafscale.groups.members import GroupSettings, Member, State
 from kafscale.groups.state import Group
 
@@ -20,6 +21,11 @@ def group_value(group: Group, assignment: dict[str, bytes] | None = None) -> dic
             "assignment": m.assignment if assignment is None else assignment.get(m.member_id, b""),
         } for m in group.members.values()],
     }
+
+
+def group_records(group: Group, assignment: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """Every record of the group, by key: a classic group is one record."""
+    return {keys.group(group.group_id): group_value(group, assignment)}
 
 
 def load_group(group_id: str, value: dict[str, Any], settings: GroupSettings, now: float) -> Group:

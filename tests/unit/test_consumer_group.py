@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
+from kafscale.cluster import keys
 from kafscale.groups.consumer.assignors import range_, uniform
 from kafscale.groups.consumer.group import (
     ConsumerGroup,
@@ -15,7 +16,7 @@ from kafscale.groups.consumer.group import (
     HeartbeatAnswer,
 )
 from kafscale.groups.consumer.member import MemberState
-from kafscale.groups.consumer.stored import consumer_group_value, load_consumer_group
+from kafscale.groups.consumer.stored import consumer_group_records, load_consumer_group
 from kafscale.protocol.errors import INVALID_REGULAR_EXPRESSION
 
 SETTINGS = ConsumerSettings(session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
@@ -255,18 +256,36 @@ def test_a_commit_at_an_older_epoch_writes_what_the_member_owned_since_then() ->
         assert commit(g, "a", bumped, tp) == ErrorCode.stale_member_epoch
 
 
-def test_the_stored_group_loads_back_the_same() -> None:
+def stored_group() -> ConsumerGroup:
     g = ConsumerGroup("g", SETTINGS, 0)
     a = join(g, "a", instance_id="i")
     join(g, "b", topics=("t", "u"), server_assignor="range")
     beat(g, "a", a.member_epoch, as_owned(parts(a)))
-    value = consumer_group_value(g)
-    loaded = load_consumer_group("g", value, SETTINGS, 100.0)
-    assert consumer_group_value(loaded) == value
+    return g
+
+
+def test_the_stored_group_loads_back_the_same() -> None:
+    g = stored_group()
+    records = consumer_group_records(g)
+    header = records.pop(keys.group("g"))
+    assert sorted(records) == [keys.group_member("g", "a"), keys.group_member("g", "b")]  # one record per member
+    loaded = load_consumer_group("g", header, list(records.values()), SETTINGS, 100.0)
+    assert consumer_group_records(loaded) == {keys.group("g"): header, **records}
+    assert loaded.target == g.target
     assert loaded.members["a"].state is g.members["a"].state
     assert loaded.members["a"].session_deadline == 110.0
     assert loaded.static_members == {"i": "a"}
     assert loaded.members["a"].assigned_at == g.members["a"].assigned_at != {}
+
+
+def test_a_group_stored_whole_in_one_record_still_loads() -> None:
+    g = stored_group()
+    records = consumer_group_records(g)
+    header = records.pop(keys.group("g"))
+    members = [{k: v for k, v in m.items() if k != "target"} for m in records.values()]
+    old = {**header, "members": members, "target": {m["id"]: m["target"] for m in records.values()}}
+    loaded = load_consumer_group("g", old, [], SETTINGS, 100.0)
+    assert consumer_group_records(loaded) == {keys.group("g"): header, **records}
 
 
 def test_uniform_is_balanced_and_sticky() -> None:

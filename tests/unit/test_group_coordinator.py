@@ -7,11 +7,14 @@ import asyncio
 import time
 
 from kafscale.cluster import keys
+from kafscale.groups.consumer.group import ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer
+from kafscale.groups.consumer.stored import consumer_group_records
 from kafscale.groups.offsets import OffsetEntry
 from kafscale.groups.registry import GroupRegistry
 from kafscale.groups.state import GroupSettings, State
 from kafscale.protocol.errors import ErrorCode
 from kafscale.storage.embedded_store import EmbeddedStore
+from kafscale.storage.metadata_store import Compare, MetadataStoreError, Op, TxnResult
 
 SESSION = 6000
 
@@ -191,3 +194,98 @@ async def test_groups_of_other_shards_get_not_coordinator(store: EmbeddedStore) 
     assert error == ErrorCode.none and coordinator is not None
     await r.close()
     assert (await r.lookup("mine"))[0] == ErrorCode.coordinator_not_available
+
+
+async def consumer_beat(r: GroupRegistry, member: str, epoch: int, owned: dict[str, frozenset[int]] | None,
+                        topics: tuple[str, ...] | None = None) -> HeartbeatAnswer:
+    coordinator = await r.get("cg", create=True)
+    assert coordinator is not None
+    hb = Heartbeat(member_id=member, member_epoch=epoch, rebalance_timeout_ms=5_000, subscribed_names=topics,
+                   owned=owned)
+    return await coordinator.consumer_heartbeat(hb, {"t": 4}, 1)
+
+
+class Writes:
+    """The ops of every transaction a registry's coordinators commit."""
+
+    def __init__(self, meta: EmbeddedStore) -> None:
+        self.txns: list[list[Op]] = []
+        original = meta.txn
+
+        async def txn(compares: list[Compare], ops: list[Op]) -> TxnResult:
+            self.txns.append(list(ops))
+            return await original(compares, ops)
+        meta.txn = txn  # type: ignore[method-assign]
+
+
+async def test_a_consumer_group_stores_one_record_per_member_and_writes_only_what_changed(
+        store: EmbeddedStore) -> None:
+    writes = Writes(store)
+    r = await registry(store)
+    a = await consumer_beat(r, "a", 0, {}, ("t",))
+    b = await consumer_beat(r, "b", 0, {}, ("t",))
+    assert b.error == ErrorCode.none and b.member_epoch == 3
+    members = await store.range(keys.group_members("cg"))
+    assert [kv.key for kv in members] == [keys.group_member("cg", "a"), keys.group_member("cg", "b")]
+    header = await store.get(keys.group("cg"))
+    assert header is not None and header.value["epoch"] == 3 and "members" not in header.value
+    # a learns of the new epoch and revokes half its partitions: its own record alone is written.
+    writes.txns.clear()
+    keep = {p for p in a.assignment["t"]} & set(members[0].value["target"]["t"])  # type: ignore[index]
+    revoked = await consumer_beat(r, "a", 2, {"t": frozenset(a.assignment["t"])})  # type: ignore[index]
+    assert revoked.member_epoch == 2 and revoked.assignment == {"t": frozenset(keep)}  # revoking first
+    done = await consumer_beat(r, "a", 2, {"t": frozenset(keep)})
+    assert done.error == ErrorCode.none and done.member_epoch == 3
+    written = {op.key for txn in writes.txns for op in txn}
+    assert written == {keys.group_member("cg", "a")}, written
+    # A member leaving (epoch -1) deletes its record.
+    assert (await consumer_beat(r, "b", -1, None)).error == ErrorCode.none
+    assert [kv.key for kv in await store.range(keys.group_members("cg"))] == [keys.group_member("cg", "a")]
+    await r.close()
+
+    again = await registry(store, shard_id=1)
+    await asyncio.wait_for(again._loaded.wait(), 10)
+    restored = again.groups["cg"].group
+    assert isinstance(restored, ConsumerGroup) and list(restored.members) == ["a"]
+    assert restored.members["a"].assigned == {"t": frozenset(keep)} and restored.target["a"] == {"t": frozenset(keep)}
+    await again.close()
+
+
+async def test_a_consumer_group_stored_in_one_record_loads_and_moves_to_member_records(store: EmbeddedStore) -> None:
+    g = ConsumerGroup("cg", ConsumerSettings(), 0)
+    joined = g.heartbeat(0, Heartbeat(member_id="a", member_epoch=0, rebalance_timeout_ms=5_000,
+                                      subscribed_names=("t",), owned={}), {"t": 4}, 1)
+    records = consumer_group_records(g)
+    header = records.pop(keys.group("cg"))
+    old = {**header, "members": [{k: v for k, v in m.items() if k != "target"} for m in records.values()],
+           "target": {m["id"]: m["target"] for m in records.values()}}
+    await store.put(keys.group("cg"), old)  # as written before members had records of their own
+    r = await registry(store)
+    assert (await consumer_beat(r, "a", joined.member_epoch, {"t": frozenset(range(4))})).error == ErrorCode.none
+    b = await consumer_beat(r, "b", 0, {}, ("t",))  # a change: the group is written in the new layout
+    assert b.error == ErrorCode.none
+    header_now = await store.get(keys.group("cg"))
+    assert header_now is not None and "members" not in header_now.value and "target" not in header_now.value
+    assert len(await store.range(keys.group_members("cg"))) == 2
+    await r.close()
+
+
+async def test_a_failed_group_write_is_written_again_with_the_next_change(store: EmbeddedStore) -> None:
+    r = await registry(store)
+    a = await consumer_beat(r, "a", 0, {}, ("t",))
+    original = store.txn
+
+    async def failing(compares: list[Compare], ops: list[Op]) -> TxnResult:
+        raise MetadataStoreError("injected: the store did not answer")
+    store.txn = failing  # type: ignore[method-assign]
+    assert (await consumer_beat(r, "b", 0, {}, ("t",))).error == ErrorCode.coordinator_not_available
+    store.txn = original  # type: ignore[method-assign]
+    assert await store.get(keys.group_member("cg", "b")) is None
+    # The next change is a's alone (it revokes); what the failed write held goes with it.
+    revoking = await consumer_beat(r, "a", a.member_epoch, {"t": frozenset(range(4))})
+    assert revoking.error == ErrorCode.none and revoking.assignment != a.assignment
+    assert [kv.value["id"] for kv in await store.range(keys.group_members("cg"))] == ["a", "b"]
+    header = await store.get(keys.group("cg"))
+    coordinator = await r.get("cg")
+    assert coordinator is not None and header is not None and header.value["epoch"] == coordinator.group.epoch == 3
+    await r.close()

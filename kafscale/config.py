@@ -133,6 +133,9 @@ class BrokerConfig:
     shard_cpus: float = field(default=1.0, metadata={
         "help": "autoscale: CPUs each shard asks Ray for (what Ray's autoscaler provisions nodes by)"})
     partitions_per_shard: int = field(default=0, metadata={"help": "deprecated and ignored; will be removed"})
+    lease_ttl_s: float = field(default=3.0, metadata={
+        "help": "a shard whose lease renewals fail for this long stops serving and its partitions and groups move "
+                "(about how long a dead node's work is unserved); raise it on hosts so loaded that renewals stall"})
     flush_interval_ms: int = field(default=50, metadata={
         "help": "max time a record waits to flush while no earlier upload of its partition is running"})
     blocked_flush_min_bytes: int = field(default=0, metadata={
@@ -340,6 +343,8 @@ class BrokerConfig:
                      "segment_uploads_in_flight", "max_in_flight_requests", "max_in_flight_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive, got {getattr(self, name)}")
+        if not 1.0 <= self.lease_ttl_s <= 60.0:
+            raise ConfigError(f"lease_ttl_s: must lie within 1 and 60 seconds, got {self.lease_ttl_s}")
         if self.shards_per_node < 0:
             raise ConfigError(f"shards_per_node: must be >= 0, got {self.shards_per_node}")
         if self.moves_in_flight <= 0:

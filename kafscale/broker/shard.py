@@ -84,7 +84,8 @@ class ShardCore:
         # In a cluster: this shard's lease and its view of the others (None: a lone shard)
         self.membership = (None if peers is None else
                            Membership(self.meta, self.placement, on_change=self._placement_changed,
-                                      on_lost=self._lost_lease, resync=self._resync, renewals=renewals))
+                                      on_lost=self._lost_lease, resync=self._resync, renewals=renewals,
+                                      lease_ttl_s=config.lease_ttl_s))
         self.credentials = Credentials(self.meta)  # SCRAM credentials, mirrored while a SASL listener needs them
         self._sasl = any(spec.sasl for spec in config.listener_specs())
         self.acls = Acls(self.meta, enabled=config.authorizer == "acl", super_users=tuple(config.super_user_list()),

@@ -1,8 +1,8 @@
 """A shard's membership of the cluster: its registration under a lease, and its view of who else is live.
 
-Registration: `cluster/brokers/{id}` is written under a lease of LEASE_TTL_S that the shard renews every
-KEEPALIVE_S. If the shard dies, or cannot reach the metadata store, the lease lapses, the key vanishes and
-the controller moves the shard's partitions and groups away.
+Registration: `cluster/brokers/{id}` is written under a lease of `lease_ttl_s` (LEASE_TTL_S unless the operator
+sets it) that the shard renews four times per TTL. If the shard dies, or cannot reach the metadata store, the
+lease lapses, the key vanishes and the controller moves the shard's partitions and groups away.
 
 Serving is itself leased: the shard stops serving (`on_lost`) once SERVE_FRACTION of the TTL has passed
 since the start of its last successful renewal. The store counts the TTL from when that renewal arrived, so
@@ -32,9 +32,10 @@ log = logging.getLogger(__name__)
 
 # The TTL is most of the time a lost node's partitions are unserved (3.1-5.4 s here, clients included; 4 s made
 # it 5-8.7 s). The price: a shard whose loop or metadata store stalls for 2.4 s stops serving and its work
-# moves, which was seen once, with two test suites and a benchmark sharing this 2-core machine.
+# moves, which was seen with two test suites and a benchmark sharing this 2-core machine, and with 50 consumer
+# processes and a producer on it (load 11). Operators of such hosts raise it (`lease_ttl_s`).
 LEASE_TTL_S = 3.0
-KEEPALIVE_S = 0.75
+RENEWALS_PER_TTL = 4
 SERVE_FRACTION = 0.8
 RETRY_S = 0.5
 
@@ -72,8 +73,10 @@ def apply_view(placement: Placement, brokers: dict[int, BrokerRecord], slots: li
 class Membership:
     def __init__(self, meta: MetadataStore, placement: Placement, *, on_change: Callable[[], None],
                  on_lost: Callable[[], Awaitable[None]], resync: Callable[[], Awaitable[object]],
-                 renewals: RenewalThread | None = None) -> None:
+                 renewals: RenewalThread | None = None, lease_ttl_s: float = LEASE_TTL_S) -> None:
         self.meta = meta
+        self.lease_ttl_s = lease_ttl_s
+        self.keepalive_s = lease_ttl_s / RENEWALS_PER_TTL
         # Renewals on a thread of their own (a shard's: its loop may be busy with its data path), or on this loop.
         self.renewals = renewals
         self.placement = placement
@@ -123,9 +126,10 @@ class Membership:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._follow(revision)), loop.create_task(self._keep_serving())]
         if self.renewals is not None:
-            self._renewer = self.renewals.start(self._held_lease, self._answered, KEEPALIVE_S, LEASE_TTL_S)
+            self._renewer = self.renewals.start(self._held_lease, self._answered, self.keepalive_s, self.lease_ttl_s)
         else:
-            self._renewer = Renewer(lambda: self.meta, self._held_lease, self._answered, KEEPALIVE_S, LEASE_TTL_S)
+            self._renewer = Renewer(lambda: self.meta, self._held_lease, self._answered, self.keepalive_s,
+                                   self.lease_ttl_s)
             self._tasks.append(loop.create_task(self._renewer.run()))
 
     async def stop(self) -> None:
@@ -143,7 +147,7 @@ class Membership:
     async def _register(self) -> None:
         assert self.record is not None
         started = time.monotonic()
-        lease = await self.meta.lease_grant(LEASE_TTL_S)
+        lease = await self.meta.lease_grant(self.lease_ttl_s)
         await self.meta.put(keys.broker(self.record.id), asdict(self.record), lease=lease)
         self.lease = lease
         self._renewed(started)
@@ -156,7 +160,7 @@ class Membership:
         """A renewal sent at `started` succeeded: serving is safe until SERVE_FRACTION of the TTL after it (the
         store counts the TTL from when the renewal arrived, which is later)."""
         self._renewed_at = started
-        self._serve_until = max(self._serve_until, started + LEASE_TTL_S * SERVE_FRACTION)
+        self._serve_until = max(self._serve_until, started + self.lease_ttl_s * SERVE_FRACTION)
 
     def _held_lease(self) -> int:
         return self.lease if self._registered else 0
@@ -188,7 +192,7 @@ class Membership:
     async def _keep_serving(self) -> None:
         """Tells the shard when its lease has lapsed, and registers again after that."""
         while True:
-            await asyncio.sleep(KEEPALIVE_S)
+            await asyncio.sleep(self.keepalive_s)
             try:
                 if self.serving:
                     continue

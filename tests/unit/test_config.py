@@ -44,6 +44,7 @@ def test_file_then_environment_then_flags_override(tmp_path: Path) -> None:
     ("KAFSCALE_CONSOLE_CLIENT_CONFIG", "/no/such.properties",
      "console_client_config: no such file '/no/such.properties'"),
     ("KAFSCALE_TRANSACTION_VERSION", "3", "transaction_version: expected 0, 1 or 2, got 3"),
+    ("KAFSCALE_LEASE_TTL_S", "0.5", "lease_ttl_s: must lie within 1 and 60 seconds, got 0.5"),
 ])
 def test_bad_values_name_the_setting(name: str, raw: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -10,6 +10,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -30,47 +31,12 @@ async def congested_for(seconds: float) -> None:
         await asyncio.sleep(0)
 
 
-async def lost_during_congestion(etcd_server: EtcdServer, threaded: bool) -> int:
+async def lost_while(etcd: EtcdServer, disturbance: Callable[[], Awaitable[None]], *, threaded: bool = True,
+                     lease_ttl_s: float = LEASE_TTL_S) -> int:
+    """How often a registered shard stops serving during `disturbance`."""
     prefix = f"/lease-{uuid.uuid4().hex[:12]}/"
-    meta = EtcdStore(etcd_server.endpoint, prefix=prefix)
-    renewals = RenewalThread(lambda: EtcdStore(etcd_server.endpoint, prefix=prefix)) if threaded else None
-    lost: list[float] = []
-
-    async def on_lost() -> None:
-        lost.append(time.monotonic())
-
-    async def resync() -> None:
-        return None
-
-    membership = Membership(meta, Placement(0, [], lone=False), on_change=lambda: None, on_lost=on_lost,
-                            resync=resync, renewals=renewals)
-    try:
-        await membership.start(BrokerRecord(0, "127.0.0.1", 9092))
-        await congested_for(8)
-        return len(lost)
-    finally:
-        await membership.stop()
-        if renewals is not None:
-            await asyncio.to_thread(renewals.close)
-        await meta.delete("", prefix=True)
-        await meta.close()
-
-
-@pytest.mark.etcd
-async def test_a_congested_loop_keeps_its_lease_when_renewals_have_their_own_thread(etcd_server: EtcdServer) -> None:
-    assert await lost_during_congestion(etcd_server, threaded=True) == 0
-
-
-@pytest.mark.etcd
-async def test_the_same_congestion_loses_the_lease_when_renewals_run_on_the_loop(etcd_server: EtcdServer) -> None:
-    assert await lost_during_congestion(etcd_server, threaded=False) > 0
-
-
-async def lost_during_store_pause(etcd: EtcdServer, lease_ttl_s: float, pause_s: float) -> int:
-    """How often a shard stops serving while its etcd is paused (SIGSTOP: a store that stalls, as an overloaded
-    host's does) for `pause_s`."""
-    meta = EtcdStore(etcd.endpoint, prefix=f"/lease-{uuid.uuid4().hex[:12]}/")
-    renewals = RenewalThread(lambda: EtcdStore(etcd.endpoint, prefix=meta.prefix))
+    meta = EtcdStore(etcd.endpoint, prefix=prefix)
+    renewals = RenewalThread(lambda: EtcdStore(etcd.endpoint, prefix=prefix)) if threaded else None
     lost: list[float] = []
 
     async def on_lost() -> None:
@@ -83,24 +49,40 @@ async def lost_during_store_pause(etcd: EtcdServer, lease_ttl_s: float, pause_s:
                             resync=resync, renewals=renewals, lease_ttl_s=lease_ttl_s)
     try:
         await membership.start(BrokerRecord(0, "127.0.0.1", 9092))
-        await asyncio.sleep(1.0)
-        assert etcd.pid is not None
-        os.kill(etcd.pid, signal.SIGSTOP)
-        try:
-            await asyncio.sleep(pause_s)
-        finally:
-            os.kill(etcd.pid, signal.SIGCONT)
-        await asyncio.sleep(1.0)
+        await disturbance()
         return len(lost)
     finally:
         await membership.stop()
-        await asyncio.to_thread(renewals.close)
+        if renewals is not None:
+            await asyncio.to_thread(renewals.close)
         await meta.delete("", prefix=True)
         await meta.close()
 
 
 @pytest.mark.etcd
+async def test_a_congested_loop_keeps_its_lease_when_renewals_have_their_own_thread(etcd_server: EtcdServer) -> None:
+    assert await lost_while(etcd_server, lambda: congested_for(8), threaded=True) == 0
+
+
+@pytest.mark.etcd
+async def test_the_same_congestion_loses_the_lease_when_renewals_run_on_the_loop(etcd_server: EtcdServer) -> None:
+    assert await lost_while(etcd_server, lambda: congested_for(8), threaded=False) > 0
+
+
+async def paused(etcd: EtcdServer, seconds: float) -> None:
+    """The store stalls (SIGSTOP), as an overloaded host's does, between a second of calm on either side."""
+    await asyncio.sleep(1.0)
+    assert etcd.pid is not None
+    os.kill(etcd.pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        os.kill(etcd.pid, signal.SIGCONT)
+    await asyncio.sleep(1.0)
+
+
+@pytest.mark.etcd
 async def test_a_longer_lease_rides_out_a_store_stall_that_the_default_one_does_not(tmp_path: Path) -> None:
     with EtcdServer(tmp_path / "etcd") as etcd:  # its own: the test stops it
-        assert await lost_during_store_pause(etcd, LEASE_TTL_S, pause_s=3.0) > 0
-        assert await lost_during_store_pause(etcd, 10.0, pause_s=3.0) == 0
+        assert await lost_while(etcd, lambda: paused(etcd, 3.0)) > 0
+        assert await lost_while(etcd, lambda: paused(etcd, 3.0), lease_ttl_s=10.0) == 0

@@ -261,10 +261,14 @@ class GroupCoordinator:
                 for t, p, e in accepted:
                     self.offsets[(t, p)] = e
 
-            # A standalone group becomes visible (ListGroups) with its first commit.
-            written = self._writes.submit(ops, applied) if self._persisted else self._submit_group(ops, applied)
+            written = self._submit_offsets(ops, applied)
         stored = await self._offsets_outcome(written)
         return {tp: stored if error == ErrorCode.none else error for tp, error in errors.items()}
+
+    def _submit_offsets(self, ops: list[Op], applied: Callable[[], None] | None) -> asyncio.Future[None]:
+        """Offsets of a group not stored yet go with its records: a standalone group becomes visible (ListGroups)
+        with its first commit, and a reload finds it."""
+        return self._writes.submit(ops, applied) if self._persisted else self._submit_group(ops, applied)
 
     async def _write_offsets(self, ops: list[Op]) -> ErrorCode:
         return await self._offsets_outcome(self._writes.submit(ops))
@@ -385,10 +389,7 @@ class GroupCoordinator:
             record = txn_offsets.add_offsets(self.pending.get(producer_id), producer_id, producer_epoch,
                                              transactional_id, entries, int(time.time() * 1000))
             ops: list[Op] = [Put(keys.group_txn_offset(self.group_id, producer_id), record.to_value())]
-            if self._persisted:
-                error = await self._write_offsets(ops)
-            else:  # as a standalone commit: the group must exist for a reload to find it
-                error = await self._offsets_outcome(self._submit_group(ops, None))
+            error = await self._offsets_outcome(self._submit_offsets(ops, None))
             if error == ErrorCode.none:
                 self._persisted = True
                 self.pending[producer_id] = record

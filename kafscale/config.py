@@ -142,6 +142,9 @@ class BrokerConfig:
         "help": "a partition whose waiting producers can send nothing more (idempotent ones at their in-flight "
                 "limit) flushes at once when it holds this much (0: always); less waits for flush_interval_ms "
                 "(fewer object-store requests from slow producers, more latency)"})
+    pack_segments: bool = field(default=True, metadata={
+        "help": "each shard stores the segments a plain topic's partitions flush in one interval as one object (a "
+                "pack): object-store requests follow time, not partitions; off: an object and an index a segment"})
     segment_bytes: int = field(default=4 * 1024 * 1024, metadata={
         "help": "largest segment: the append that would overflow it starts a new one"})
     index_interval_bytes: int = field(default=4096, metadata={"help": "sparse index spacing"})

@@ -86,12 +86,14 @@ async def flush_loop(owner: PartitionOwner) -> None:
     data, only latency. A smaller one keeps the interval, so a slow producer's records still share objects.
     """
     interval = owner.settings.flush_interval_ms / 1000.0
+    ticks = owner.packer is not None and owner.packer.physical is None
     while not owner.fenced:
         owner._wake.clear()
         uploading = _uploading(owner)
+        due_at = _due_at(owner._open.started, interval, ticks)
         if owner._open.chunks and (owner.closed or (not uploading and (
                 (owner._open.due_now and owner._open.nbytes >= owner.settings.blocked_flush_min_bytes)
-                or time.monotonic() - owner._open.started >= interval))):
+                or time.monotonic() >= due_at))):
             owner._seal()
         _start_uploads(owner)
         if owner._sealed and owner._sealed[0].upload is not None and owner._sealed[0].upload.done():
@@ -108,9 +110,16 @@ async def flush_loop(owner: PartitionOwner) -> None:
             return
         timeout = None  # an upload finishing wakes the loop
         if owner._open.chunks and not uploading:
-            timeout = max(0.0, owner._open.started + interval - time.monotonic())
+            timeout = max(0.0, _due_at(owner._open.started, interval, ticks) - time.monotonic())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(owner._wake.wait(), timeout=timeout)
+
+
+def _due_at(started: float, interval: float, ticks: bool) -> float:
+    """When a window opened at `started` is due: an interval later, or, for a plain topic's packed partition,
+    at the next tick (a multiple of the interval on the monotonic clock). Every partition of the shard shares
+    the ticks, so the segments of one tick go up as one pack; a record waits half an interval on average."""
+    return (started // interval + 1) * interval if ticks else started + interval
 
 
 def _uploading(owner: PartitionOwner) -> bool:

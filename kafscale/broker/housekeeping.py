@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def chores(core: ShardCore) -> list[Coroutine[Any, Any, None]]:
     config, owners = core.config, (lambda: core.owners.values())
-    out = [retention.run(owners, config.retention_check_interval_ms / 1000),
+    out = [retention.run(lambda: core.owners, config.retention_check_interval_ms / 1000),
            producer_expiry.run(owners, config.producer_id_expiration_check_interval_ms / 1000,
                                config.producer_id_expiration_ms),
            cleaning.run(owners, cleaning.CleanerSettings(config.log_cleaner_backoff_ms / 1000,

@@ -12,14 +12,12 @@ Why a deletion is safe:
   listing, so what is committed meanwhile lies at or above the end read. An object at or above the end may still
   be an upload whose commit is in flight: it is left alone. Objects also wait `grace_s` after they were written,
   for readers that looked up a segment just before retention dropped it.
-- **A pack** (the objects a topic with virtual partitions stores, kafscale.storage.pack) holds segments of
-  several lanes, each of which commits on its own and drops its segments on its own; a pack is swept once per
-  physical partition. It is garbage for good when, for every lane its trailer lists, the lane's record at the
-  segment's base does not name the pack and either the lane's committed end is past that base (commits only add
-  at the end) or the lane's owner epoch is past the one that wrote the segment (that writer's commits are
-  fenced). The reads go epoch, then end, then record: a commit writes the end and the record at once, under the
-  epoch it was made with, so what a fenced writer committed before losing the lane is seen. Only packs no
-  committed record names, and older than `grace_s`, are looked at.
+- **A pack** (kafscale.storage.pack: what a topic with virtual partitions stores, and what a plain topic's
+  partitions on one shard flush together) holds segments of several lanes, each of which commits and drops its
+  segments on its own. When it is garbage for good is kafscale.broker.pack_reaping's rule; retention deletes the
+  packs it empties at once, and the janitor looks at the rest: a physical partition's packs once per physical
+  partition, a plain topic's `packs/` by each shard leading some of its partitions, only packs no committed record
+  names, and only those older than `grace_s`.
 - **A deleted topic's objects.** Deleting a topic writes a record (`deleted_topics/{name}`) in the same
   transaction, and no topic of that name can be made while it exists. The shard that deleted the topic deletes
   its objects at once and then the record; the janitor finishes deletions whose record is over a minute old.
@@ -34,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kafscale.broker.packed import read_trailer
+from kafscale.broker.pack_reaping import pack_is_dead
 from kafscale.cluster import keys
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
@@ -46,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 TOMBSTONE_AGE_S = 60.0  # a deleted topic's record older than this: its deletion was cut short
 DELETE_BATCH = 1000
+RANGES_AT_ONCE = 64  # metadata reads in flight while a sweep gathers the pack names a topic's commits hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,46 +76,36 @@ async def sweep_partition(owner: PartitionOwner, grace_s: float, now: float | No
     return Sweep(len(due), len(garbage) - len(due))
 
 
-async def sweep_packs(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, topic: str, physical: int,
-                      lanes: list[int], grace_s: float, now: float | None = None) -> Sweep:
-    """Delete the packs of one physical partition (its virtual partitions `lanes`) that are garbage for good."""
-    listed = [(o, name) for o in await objects.list(object_keys.partition_prefix(namespace, topic, physical))
+async def sweep_packs(meta: MetadataStore, objects: AsyncObjectStore, namespace: str, topic: str,
+                      physical: int | None, lanes: list[int], grace_s: float, now: float | None = None) -> Sweep:
+    """Delete the packs of one physical partition (its virtual partitions `lanes`), or of a plain topic (physical
+    None, its partitions `lanes`), that are garbage for good."""
+    prefix = (object_keys.packs_prefix(namespace, topic) if physical is None
+              else object_keys.partition_prefix(namespace, topic, physical))
+    listed = [(o, name) for o in await objects.list(prefix)
               if (name := object_keys.pack_name_of(o.key, namespace, topic)) is not None]
     if not listed:
         return Sweep(0, 0)
-    named = {kv.value.get("pack") for records in await asyncio.gather(*(meta.range(keys.segments(topic, lane))
-                                                                        for lane in lanes))
-             for kv in records}
+    named: set[str] = set()
+    for i in range(0, len(lanes), RANGES_AT_ONCE):
+        for records in await asyncio.gather(*(meta.range(keys.segments(topic, lane))
+                                              for lane in lanes[i:i + RANGES_AT_ONCE])):
+            named.update(kv.value.get("pack") for kv in records)
     now = time.time() if now is None else now
     unnamed = [(o, name) for o, name in listed if name not in named]
     due = [(o, name) for o, name in unnamed if now - o.modified >= grace_s]
     dead = []
     for o, name in due:
         try:
-            if await _pack_is_dead(meta, objects, topic, o.key, o.size, name):
+            if await pack_is_dead(meta, objects, topic, o.key, o.size, name):
                 dead.append(o.key)
         except Exception as e:  # one unreadable pack (damaged, or deleted meanwhile) must not stop the others
             log.warning("janitor: pack %s left alone: %s", o.key, e)
     if dead:
         await objects.delete_many(dead)
-        log.info("%s (physical partition %d): janitor deleted %d pack(s) no commit names", topic, physical,
-                 len(dead))
+        log.info("%s (%s): janitor deleted %d pack(s) no commit names", topic,
+                 "packs" if physical is None else f"physical partition {physical}", len(dead))
     return Sweep(len(dead), len(unnamed) - len(dead))
-
-
-async def _pack_is_dead(meta: MetadataStore, objects: AsyncObjectStore, topic: str, key: str, size: int,
-                        name: str) -> bool:
-    for lane in (await read_trailer(objects, key, size)).lanes:
-        owner = await meta.get(keys.owner(topic, lane.lane))
-        state = await meta.get(keys.state(topic, lane.lane))
-        record = await meta.get(keys.segment(topic, lane.lane, lane.base))
-        if record is not None and record.value.get("pack") == name:
-            return False
-        end = int(state.value["next_offset"]) if state is not None else 0
-        fenced = owner is not None and int(owner.value.get("epoch", 0)) > lane.epoch
-        if lane.base >= end and not fenced:
-            return False  # its commit may still be on its way
-    return True
 
 
 def _below(key: str, partition: tuple[str, str, int], end: int) -> bool:
@@ -172,7 +161,8 @@ async def run(owners: Callable[[], Iterable[PartitionOwner]], leads: Callable[[]
     while True:
         await asyncio.sleep(interval_s)
         deleted = in_grace = 0
-        physical: dict[tuple[str, int], list[int]] = {}  # a virtual topic's physical partitions led here
+        # a virtual topic's physical partitions led here, and the plain topics packed here (None)
+        physical: dict[tuple[str, int | None], list[int]] = {}
         for owner in list(owners()):
             if owner.closed or owner.fenced:
                 continue
@@ -192,7 +182,7 @@ async def run(owners: Callable[[], Iterable[PartitionOwner]], leads: Callable[[]
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.warning("janitor: packs of %s (physical partition %d) failed: %s", topic, unit, e)
+                log.warning("janitor: packs of %s (%s) failed: %s", topic, "packs" if unit is None else unit, e)
         if leads():
             try:
                 deleted += (await sweep_deleted_topics(meta, objects, namespace)).deleted

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafscale.broker.commit_batcher import CommitBatcher
-from kafscale.broker.packer import Packer, PhysicalPartition
+from kafscale.broker.packer import TICK_GATHER, Packer, PhysicalPartition
 from kafscale.broker.partition_owner import OwnerSettings, PartitionOwner
 from kafscale.broker.stats import BrokerMetrics
 from kafscale.storage.async_store import AsyncObjectStore
@@ -42,7 +42,7 @@ class OwnerTable:
     def __init__(self, shard_id: int, *, meta: MetadataStore, objects: AsyncObjectStore, cache: ByteLRU,
                  settings: OwnerSettings, committer: CommitBatcher, metrics: BrokerMetrics,
                  topic_configs: Callable[[str], dict[str, Any]],
-                 physical_of: Callable[[str, int], PhysicalPartition | None] = lambda _t, _p: None) -> None:
+                 packs_of: Callable[[str, int], PhysicalPartition | None] = lambda _t, _p: None) -> None:
         self.shard_id = shard_id
         self.meta = meta
         self.objects = objects
@@ -51,9 +51,10 @@ class OwnerTable:
         self.committer = committer  # the owners' flush commits share metadata transactions
         self.metrics = metrics
         self.topic_configs = topic_configs
-        # a virtual partition's physical partition and that one's lanes; None for a plain partition
-        self.physical_of = physical_of
-        self.packers: dict[Key, Packer] = {}  # one per physical partition of a virtual topic led here
+        # the partitions whose segments share a partition's packs; None: its segments are objects of their own
+        self.packs_of = packs_of
+        # one per physical partition of a virtual topic led here, and one per plain topic that packs (index None)
+        self.packers: dict[tuple[str, int | None], Packer] = {}
         self.owners: dict[Key, PartitionOwner] = {}
         self.opening: dict[Key, asyncio.Task[PartitionOwner]] = {}
         self._early: set[asyncio.Task[None]] = set()  # owners of new partitions, opened before use
@@ -93,14 +94,18 @@ class OwnerTable:
         return owner
 
     def _packer(self, topic: str, partition: int) -> Packer | None:
-        found = self.physical_of(topic, partition)
+        found = self.packs_of(topic, partition)
         if found is None:
             return None
         packer = self.packers.get((topic, found.index))
         if packer is None:
+            interval = self.settings.flush_interval_ms / 1000
+            # A virtual topic's lanes seal on their own clocks: its pack waits a whole interval for them. A plain
+            # topic's seal on the shared ticks, so its pack only waits for the tick's segments to be built.
+            window = interval if found.index is not None else interval * TICK_GATHER
             packer = self.packers[(topic, found.index)] = Packer(
-                self.objects, self.settings.namespace, topic, found.index, found.lanes, found.layout,
-                self.settings.flush_interval_ms / 1000, self.committer.expect)
+                self.objects, self.settings.namespace, topic, found.index, found.lanes, found.layout, window,
+                self.committer.expect)
         return packer
 
     def open_early(self, topic: str, partitions: list[int]) -> None:

@@ -1,12 +1,14 @@
-"""One physical partition's uploads: what its virtual partitions seal within a moment goes up as one pack object.
+"""Segments sealed within a moment go up as one pack object: a physical partition's, or a plain topic's on one shard.
 
 A topic with virtual partitions stores P physical partitions (docs/virtual-partitions.md): each virtual partition
 ("lane") keeps its own owner, offsets and commits, but the segments its lanes seal at about the same time are
-stored together, one conditional PUT instead of one a lane. The first segment to arrive opens a window of
-`window_s`; every lane sealing within it joins; a lane's next segment waits for the next pack. A failed PUT fails
-every lane's upload, and each lane's flush retries it as it retries any upload (joining a later pack). Once a
-pack is stored its lanes' commits are announced to the shard's commit batcher, which sends them as one
-transaction.
+stored together, one conditional PUT instead of one a lane. A plain topic's partitions on one shard are lanes
+the same way (`pack_segments`): their flush windows end on the same ticks (kafscale.broker.flush), so each tick's
+segments make one object, and the object-store requests follow time, not partitions. The first segment to arrive
+opens a window of `window_s`; every lane sealing within it joins; a lane's next segment waits for the next pack.
+A failed PUT fails every lane's upload, and each lane's flush retries it as it retries any upload (joining a
+later pack). Once a pack is stored its lanes' commits are announced to the shard's commit batcher, which sends
+them as one transaction.
 
 Each pack gets a fresh random name, so no two uploads ever write one key: a zombie owner's pack can only be
 garbage, which the janitor removes once no commit names it.
@@ -25,12 +27,17 @@ from kafscale.storage.object_store import ObjectStoreError
 from kafscale.storage.pack import build_pack
 from kafscale.storage.segment import BuiltSegment
 
+# A plain topic's pack waits this fraction of the flush interval after the first segment of a tick arrives: the
+# tick's other segments are being built, one after another, on the same loop.
+TICK_GATHER = 0.2
+
 
 @dataclass(frozen=True, slots=True)
 class PhysicalPartition:
-    """A virtual partition's physical partition: its index, its virtual partitions, the topic's (P, V)."""
+    """Which partitions share a partition's packs: a virtual partition's physical partition (its index, its virtual
+    partitions, the topic's (P, V)), or a plain topic's partitions (index None, all partitions, (0, partitions))."""
 
-    index: int
+    index: int | None
     lanes: list[int]
     layout: tuple[int, int]
 
@@ -45,11 +52,11 @@ class PackPlace:
 
 
 class Packer:
-    def __init__(self, objects: AsyncObjectStore, namespace: str, topic: str, physical: int, lanes: list[int],
+    def __init__(self, objects: AsyncObjectStore, namespace: str, topic: str, physical: int | None, lanes: list[int],
                  layout: tuple[int, int], window_s: float,
                  announce: Callable[[str, list[tuple[str, int]]], None] | None = None) -> None:
         self.objects, self.namespace, self.topic, self.physical = objects, namespace, topic, physical
-        self.lanes = lanes  # the virtual partitions of this physical partition
+        self.lanes = lanes  # the partitions whose segments may be in these packs
         self.layout = layout  # the topic's (physical, virtual) partition counts, recorded in every pack
         self.window_s = window_s
         self.announce = announce  # (pack, its lanes as (topic, partition)) before they learn where their segments went
@@ -87,8 +94,11 @@ class Packer:
         try:
             await asyncio.sleep(delay)
             waiting = self._close_window()
+            physical, virtual = self.layout
+            if not physical:  # a plain topic's partitions: some may be newer than the count this packer was made with
+                virtual = max(virtual, max(waiting) + 1)
             pack = build_pack([(lane, epoch, built) for lane, (epoch, built, _) in sorted(waiting.items())],
-                              *self.layout)
+                              physical, virtual)
             name = object_keys.pack_name(self.physical, uuid.uuid4().hex)
             key = object_keys.pack_key(self.namespace, self.topic, name)
             if not await self.objects.put_if_absent(key, pack.data):

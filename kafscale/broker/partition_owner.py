@@ -89,7 +89,8 @@ class PartitionOwner:
         self.topic_config = topic_config
         self.metrics = metrics
         self.committer = committer  # shares flush commits with the shard's other owners; None: own transactions
-        self.packer = packer  # a virtual partition's: its segments go up in its physical partition's packs
+        # its segments go up in packs: a virtual partition's physical partition's, or its plain topic's on this shard
+        self.packer = packer
         self.epoch = 0
         self.next_offset = 0  # next offset to assign (buffered included)
         self.high_watermark = 0  # end of committed data
@@ -367,8 +368,8 @@ class PartitionOwner:
         """The producer can send nothing more until it is answered (kafscale.acceptor.blocked_producers): if its
         records are in the open window, seal it without waiting for the flush interval. (If they are sealed
         already, the open window holds only others' records, which keep their interval.)"""
-        if self.packer is not None:  # a virtual partition's segment waits for its pack's window anyway
-            return
+        if self.packer is not None and self.packer.physical is not None:  # a virtual partition's segment waits
+            return  # for its pack's window anyway
         if self._open.chunks and not self._open.due_now and producer_id in self._open.producers:
             self._open.due_now = True
             self._wake.set()

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from kafscale.broker.pack_reaping import Local, reap_dropped
 from kafscale.broker.partition_owner import FencedError
 from kafscale.broker.results import DeleteRecordsResult
 from kafscale.cluster import topic_configs
@@ -60,29 +61,33 @@ def _keys(s: SegmentMeta, ns: str, topic: str, partition: int) -> set[str]:
             object_keys.index_key(ns, topic, partition, s.base)}
 
 
-async def truncate(owner: PartitionOwner, offset: int) -> int:
-    """Move owner's log start to offset and delete the segments wholly below it; the new log start."""
+async def truncate(owner: PartitionOwner, offset: int, local: Local) -> int:
+    """Move owner's log start to offset and delete the segments wholly below it; the new log start. local: the
+    shard's open owners, which tell whether a pack the segments were in is still needed."""
     dropped = await owner.advance_log_start(offset)
     if dropped:
         ns, topic, partition = owner.settings.namespace, owner.topic, owner.partition
         # The plain keys always, and the epoch keys where the commit names them: the plain key then
         # holds a dead owner's uncommitted leftover, garbage that goes with the range it covered.
-        # A virtual partition's segments live in packs its physical partition's other lanes share: the janitor
-        # deletes a pack once no lane's commit names it.
+        # A packed segment's pack holds other lanes' segments too: it goes once no lane needs it.
         gone = [key for s in dropped if not s.pack for key in _keys(s, ns, topic, partition)]
         for s in dropped:
             owner.reader.discard(s)
         try:
             await owner.objects.delete_many(gone)
+            packs = await reap_dropped(owner, dropped, local)
         except Exception as e:
             log.warning("%s-%d: log start moved to %d but deleting %d objects failed: %s", topic, partition,
                         owner.log_start_offset, len(gone), e)
-        log.info("%s-%d: log start %d, %d segments deleted", topic, partition, owner.log_start_offset, len(dropped))
+        else:
+            log.info("%s-%d: log start %d, %d segments deleted (%d packs)", topic, partition, owner.log_start_offset,
+                     len(dropped), packs)
     return owner.log_start_offset
 
 
-async def enforce(owner: PartitionOwner, now_ms: int | None = None) -> int:
-    """Apply the topic's retention to one owner; returns the log start offset afterwards."""
+async def enforce(owner: PartitionOwner, local: Local, now_ms: int | None = None) -> int:
+    """Apply the topic's retention to one owner (local: the shard's open owners); returns the log start offset
+    afterwards."""
     configs = owner.topic_config()
     if "delete" not in topic_configs.policies(configs):
         return owner.log_start_offset  # compact only (or no policy): nothing expires, as in Kafka
@@ -90,33 +95,34 @@ async def enforce(owner: PartitionOwner, now_ms: int | None = None) -> int:
                             int(configs.get("retention.bytes", -1)),
                             int(time.time() * 1000) if now_ms is None else now_ms)
     if start > owner.log_start_offset:
-        return await truncate(owner, start)
+        return await truncate(owner, start, local)
     return owner.log_start_offset
 
 
-async def run(owners: Callable[[], Iterable[PartitionOwner]], interval_s: float) -> None:
+async def run(owners: Callable[[], Local], interval_s: float) -> None:
     """One loop per shard, over every owner it hosts (one timer, not one per partition)."""
     while True:
         await asyncio.sleep(interval_s)
-        for owner in list(owners()):
+        local = owners()
+        for owner in list(local.values()):
             if owner.closed or owner.fenced:
                 continue
             try:
-                await enforce(owner)
+                await enforce(owner, local)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # store trouble, or the owner was fenced: the next round tries again
                 log.warning("retention of %s-%d failed: %s", owner.topic, owner.partition, e)
 
 
-async def delete_records(owner: PartitionOwner, offset: int) -> DeleteRecordsResult:
+async def delete_records(owner: PartitionOwner, offset: int, local: Local) -> DeleteRecordsResult:
     """DeleteRecords for one partition, on the shard that owns it: the log start moves to offset (-1: the
     high watermark)."""
     target = owner.high_watermark if offset == -1 else offset
     if not 0 <= target <= owner.high_watermark:
         return DeleteRecordsResult(int(ErrorCode.offset_out_of_range))
     try:
-        return DeleteRecordsResult(0, await truncate(owner, target))
+        return DeleteRecordsResult(0, await truncate(owner, target, local))
     except FencedError:
         return DeleteRecordsResult(int(ErrorCode.not_leader_or_follower))
     except Exception as e:  # metadata store trouble: retriable

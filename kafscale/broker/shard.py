@@ -93,6 +93,7 @@ class ShardCore:
         self.handoffs = HandOffs()  # partitions released in planned moves, and lately moved away
         mapping = VirtualMapping.load(config.virtual_partitions_mapping) if config.virtual_partitions_mapping else None
         self.topics = TopicRegistry(self.meta, mapping)
+        self.pack_segments = config.pack_segments
         settings = OwnerSettings(
             namespace=config.s3_namespace, segment_bytes=config.segment_bytes,
             flush_interval_ms=config.flush_interval_ms, blocked_flush_min_bytes=config.blocked_flush_min_bytes,
@@ -102,7 +103,7 @@ class ShardCore:
         )
         self.owner_table = OwnerTable(shard_id, meta=self.meta, objects=self.objects, cache=self.cache,
                                       settings=settings, committer=CommitBatcher(self.meta), metrics=metrics,
-                                      topic_configs=self._topic_configs, physical_of=self._physical_of)
+                                      topic_configs=self._topic_configs, packs_of=self._packs_of)
         self.groups = GroupRegistry(shard_id, self.meta, group_settings(config), owns=self._coordinates,
                                     offsets_retention_ms=config.offsets_retention_minutes * 60_000,
                                     retention_check_interval_s=config.offsets_retention_check_interval_ms / 1000,
@@ -191,11 +192,15 @@ class ShardCore:
             fetch_sessions=len(self.fetch_sessions), fetch_session_partitions=self.fetch_sessions.partitions_cached(),
             fetch_session_evictions=self.fetch_sessions.evictions)
 
-    def _physical_of(self, topic: str, partition: int) -> PhysicalPartition | None:
-        """A virtual partition's physical partition (its segments share that one's packs); None when plain."""
+    def _packs_of(self, topic: str, partition: int) -> PhysicalPartition | None:
+        """Which partitions' segments share this one's packs: a virtual partition's physical partition, or a plain
+        topic's partitions (`pack_segments`); None: its segments are objects of their own."""
         info = self.topics.topics.get(topic)
-        if info is None or not info.physical:
+        if info is None:
             return None
+        if not info.physical:
+            return PhysicalPartition(None, list(range(info.partitions)), (0, info.partitions)) if self.pack_segments \
+                else None
         unit = info.unit_of(partition)
         return PhysicalPartition(unit, info.lanes(unit), (info.physical, info.partitions))
 
@@ -414,7 +419,7 @@ class ShardCore:
             return DeleteRecordsResult(int(where.error))
         if isinstance(where, Remote):
             return await where.peer.delete_records(topic, partition, offset)
-        return await retention.delete_records(where.owner, offset)
+        return await retention.delete_records(where.owner, offset, self.owners)
 
     # ---------------------------------------------------------------- topics, producer ids, groups
 

@@ -155,7 +155,7 @@ async def restore(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
         if not name.startswith(keys.TOPICS):
             continue
         info = TopicInfo.from_value(name[len(keys.TOPICS):], value)
-        packed = await _packs(objects, namespace, info) if info.physical else {}
+        packed = await _packs(objects, namespace, info)
         for p in range(info.partitions):
             found, pid = await _roll_forward(meta, objects, namespace, info.name, p, values.get(keys.state(
                 info.name, p)), values.get(keys.owner(info.name, p)), by_partition[(info.name, p)],
@@ -187,8 +187,8 @@ async def rebuild(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
         layout = virtual_layout(lanes) if lanes else None
         count = max([*found.get(name, ()), *lanes]) + 1
         physical = 0
-        if layout is not None and count <= layout[1]:  # the packs' layout: a virtual topic as it was made
-            count, physical = layout[1], layout[0]
+        if layout is not None and count <= layout[1]:  # the packs' layout: the topic as it was made (physical 0:
+            count, physical = layout[1], layout[0]  # a plain topic's packs)
         units = spread(name, physical or count, [0])
         configs = {VIRTUAL_PARTITIONS: str(count)} if physical else {}
         info = TopicInfo(name, _new_id(), count, [units[p % len(units)] for p in range(count)], configs,
@@ -204,9 +204,11 @@ async def rebuild(meta: MetadataStore, objects: AsyncObjectStore, namespace: str
 
 
 async def _packs(objects: AsyncObjectStore, namespace: str, info: TopicInfo) -> dict[int, list[PackedSegment]]:
-    """A virtual topic's packed segments, by lane: every pack of every physical partition, its trailer read once."""
-    listed = [o for unit in range(info.units)
+    """A topic's packed segments, by lane (partition): every pack of every physical partition of a virtual topic,
+    and every pack in the topic's `packs/`, its trailer read once."""
+    listed = [o for unit in range(info.units if info.physical else 0)
               for o in await objects.list(object_keys.partition_prefix(namespace, info.name, unit))]
+    listed += await objects.list(object_keys.packs_prefix(namespace, info.name))
     return await packed_segments(objects, namespace, info.name, listed)
 
 

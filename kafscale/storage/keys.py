@@ -72,12 +72,14 @@ def index_key(namespace: str, topic: str, partition: int, base_offset: int, epoc
 
 
 PACK_SUFFIX = "kfp"
-_PACK_RE = re.compile(r"(0|[1-9][0-9]{0,9})/pack-[0-9a-f]{32}\.kfp")
+PACKS_DIR = "packs"  # a plain topic's packs: partitions a shard flushed together (physical partitions have numbers)
+_PACK_RE = re.compile(r"(0|[1-9][0-9]{0,9}|packs)/pack-[0-9a-f]{32}\.kfp")
 
 
-def pack_name(physical: int, pack_id: str) -> str:
-    """A pack's key below its topic's directory, as segment records name it (kafscale.storage.pack)."""
-    name = f"{physical}/pack-{pack_id}.{PACK_SUFFIX}"
+def pack_name(physical: int | None, pack_id: str) -> str:
+    """A pack's key below its topic's directory, as segment records name it (kafscale.storage.pack): in its physical
+    partition's directory for a virtual topic, in the topic's `packs/` for a plain topic's (physical None)."""
+    name = f"{PACKS_DIR if physical is None else physical}/pack-{pack_id}.{PACK_SUFFIX}"
     if not _PACK_RE.fullmatch(name):
         raise ValueError(f"not a pack name: {name!r}")
     return name
@@ -89,6 +91,11 @@ def pack_name_of(key: str, namespace: str, topic: str) -> str | None:
     if not key.startswith(prefix) or not _PACK_RE.fullmatch(key[len(prefix):]):
         return None
     return key[len(prefix):]
+
+
+def packs_prefix(namespace: str, topic: str) -> str:
+    """Where a plain topic's packs are."""
+    return f"{namespace}/{topic}/{PACKS_DIR}/"
 
 
 def pack_key(namespace: str, topic: str, name: str) -> str:

@@ -1,4 +1,9 @@
-"""Pack objects (``pack-….kfp``): one flush of a physical partition's virtual partitions (lanes) in one object.
+"""Pack objects (``pack-….kfp``): segments flushed together, stored as one object.
+
+Two kinds of stores write them: a physical partition's virtual partitions (lanes), in that physical partition's
+directory; and the partitions of a plain topic that one shard flushes in the same tick, in the topic's `packs/`
+directory (kafscale.broker.packer). The trailer's layout tells them apart: (P, V) for a virtual topic, and
+(0, partitions) for a plain one, whose lanes are its partitions.
 
 Layout (big-endian; docs/format.md has the byte table):
 
@@ -73,7 +78,7 @@ class BuiltPack:
 
 def build_pack(segments: Sequence[tuple[int, int, BuiltSegment]], physical: int, virtual: int) -> BuiltPack:
     """One object from each lane's built segment, in the order given: (lane, owner epoch, segment), each lane once;
-    physical and virtual: the topic's layout."""
+    physical and virtual: the topic's layout (0 and its partition count for a plain topic)."""
     if not segments:
         raise ValueError("a pack holds at least one lane")
     seen = [lane for lane, _, _ in segments]
@@ -128,7 +133,8 @@ def parse_trailer(tail: bytes, object_size: int, key: str | None = None) -> Pack
     lanes = [PackedLane(*_LANE.unpack_from(body, _COUNT.size + i * _LANE.size)) for i in range(count)]
     end_of_lanes = object_size - size
     expected = 0
-    if not 1 <= physical <= virtual or virtual % physical or any(p.lane >= virtual for p in lanes):
+    bad_ratio = physical != 0 and (physical > virtual or virtual % physical)
+    if physical < 0 or virtual < 1 or bad_ratio or any(p.lane >= virtual for p in lanes):
         raise CorruptSegmentError(f"pack trailer layout {virtual} over {physical} does not hold lanes "
                                   f"{[p.lane for p in lanes]}", key=key, position=object_size - size)
     if len({p.lane for p in lanes}) != len(lanes) or any(p.lane < 0 or p.base < 0 or p.epoch < 0 for p in lanes):

@@ -29,8 +29,10 @@ from kafscale.protocol import FrameBuffer, decode_response, encode_request, make
 from kafscale.protocol.errors import ErrorCode
 from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.etcd_store import EtcdStore
+from kafscale.storage.keys import pack_name_of, parse_segment_key
 from kafscale.storage.local_store import LocalDirStore
 from kafscale.storage.object_store import ObjectStore
+from kafscale.storage.pack import TAIL_READ, parse_trailer
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.inprocess import InProcessBroker
 from kafscale.testing.s3_servers import SeaweedS3Server, unique_bucket_name
@@ -70,8 +72,34 @@ class Cluster:
         """Every object the broker stored for a topic (segments and indexes of all partitions)."""
         return [o.key for o in self.objects.list(f"{NAMESPACE}/{topic}/")]
 
+    def stored_segments(self, topic: str) -> list[StoredSegment]:
+        """Every segment stored for a topic, in (partition, base) order: objects of their own, and lanes of packs
+        (a plain topic's partitions flushed together, or a virtual topic's), found from the packs' trailers."""
+        found = []
+        for o in self.objects.list(f"{NAMESPACE}/{topic}/"):
+            parsed = parse_segment_key(o.key)
+            if parsed is not None and parsed.kind == "kfs" and parsed.topic == topic:
+                found.append(StoredSegment(parsed.partition, parsed.base_offset, o.key, 0, o.size))
+            elif pack_name_of(o.key, NAMESPACE, topic) is not None:
+                tail = self.objects.get_range(o.key, max(0, o.size - TAIL_READ), min(TAIL_READ, o.size))
+                found += [StoredSegment(lane.lane, lane.base, o.key, lane.position, lane.size)
+                          for lane in parse_trailer(tail, o.size, o.key).lanes]
+        return sorted(found)
+
+    def segment_bytes(self, segment: StoredSegment) -> bytes:
+        return self.objects.get_range(segment.key, segment.position, segment.size)
+
     def wire(self, timeout: float = 30.0) -> KafkaWire:
         return KafkaWire(self.port, timeout=timeout)
+
+
+@dataclass(frozen=True, order=True)
+class StoredSegment:
+    partition: int
+    base: int
+    key: str  # its object: of its own, or a pack
+    position: int  # where in the object it starts
+    size: int
 
 
 def _config() -> BrokerConfig:

@@ -15,7 +15,6 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 from kafscale.protocol import make, nested, request_class
 from kafscale.protocol.errors import ErrorCode
 from kafscale.storage.batch import split_batches
-from kafscale.storage.keys import parse_segment_key
 from kafscale.storage.legacy import Record, message_set
 from tests.integration.conftest import (
     METADATA,
@@ -114,7 +113,7 @@ def test_corrupted_batch_is_refused_and_nothing_is_stored(broker: Cluster) -> No
 
         assert wire.end_offsets(topic, 2) == [0, 3]
         assert read_all(wire, topic, 0) == []
-        assert {k.partition for k in map(parse_segment_key, broker.object_keys(topic)) if k} == {1}
+        assert {s.partition for s in broker.stored_segments(topic)} == {1}
         # The refused batches took no offsets: the next good batch starts at 0.
         assert wire.produce(topic, 0, good).base_offset == 0
         assert [row for _, row in read_all(wire, topic, 0)] == rows("good", 3)
@@ -236,9 +235,7 @@ def test_delete_topics_removes_metadata_and_objects(broker: Cluster) -> None:
             for flush in range(2):
                 answer = wire.produce(topic, partition, batch(rows(f"p{partition}f{flush}", 10)))
                 assert answer.error_code == ErrorCode.none
-        stored = broker.object_keys(topic)
-        assert {(k.partition, k.kind) for k in map(parse_segment_key, stored) if k} == {
-            (0, "kfs"), (0, "index"), (1, "kfs"), (1, "index")}
+        assert {s.partition for s in broker.stored_segments(topic)} == {0, 1}
 
         answer = wire.delete_topics([topic]).responses[0]
         assert (answer.name, answer.error_code) == (topic, ErrorCode.none)
@@ -315,8 +312,7 @@ def timed_topic(broker: Cluster) -> str:
             records = [(b"k%d-%d" % (flush, r), b"v", _timestamp(flush, r)) for r in range(PER_FLUSH)]
             answer = wire.produce(topic, 0, batch(records))
             assert (answer.error_code, answer.base_offset) == (ErrorCode.none, flush * PER_FLUSH)
-    segments = [k for k in map(parse_segment_key, broker.object_keys(topic)) if k and k.kind == "kfs"]
-    assert len(segments) == FLUSHES
+    assert len(broker.stored_segments(topic)) == FLUSHES
     return topic
 
 

@@ -36,9 +36,10 @@ class Stores:
     seaweed: SeaweedS3Server
     prefix: str
     bucket: str
+    packs: bool = True  # pack_segments
 
     def broker(self) -> InProcessBroker:
-        config = BrokerConfig(metrics_listen="", flush_interval_ms=20)
+        config = BrokerConfig(metrics_listen="", flush_interval_ms=20, pack_segments=self.packs)
         return InProcessBroker(config, meta=lambda: EtcdStore(self.etcd.endpoint, prefix=self.prefix),
                                objects=lambda: self.seaweed.store(self.bucket, create_bucket=False))
 
@@ -68,6 +69,11 @@ class Stores:
                 await store.close()
 
         assert asyncio.run(run()) > 0
+
+
+# A plain topic whose partitions' segments a shard packs together (the default), one whose segments are objects of
+# their own (`pack_segments` off), and a virtual topic (packs by physical partition).
+LAYOUTS = ["plain", "plain-objects", "virtual"]
 
 
 @pytest.fixture
@@ -141,8 +147,9 @@ def new_topic(virtual: bool, configs: dict[str, str] | None = None) -> NewTopic:
     return NewTopic(TOPIC, PARTITIONS, config=configs or {})
 
 
-@pytest.mark.parametrize("virtual", [False, True], ids=["plain", "virtual"])
-def test_restore_drill(stores: Stores, capsys: pytest.CaptureFixture[str], virtual: bool) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_restore_drill(stores: Stores, capsys: pytest.CaptureFixture[str], layout: str) -> None:
+    virtual, stores.packs = layout == "virtual", layout != "plain-objects"
     with stores.broker() as b:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         admin.create_topics([new_topic(virtual, {"retention.ms": "86400000"})])[TOPIC].result(30)
@@ -171,13 +178,14 @@ def test_restore_drill(stores: Stores, capsys: pytest.CaptureFixture[str], virtu
         assert sorted(after) == sorted((p, before[p]) for p in range(PARTITIONS)), "an offset was reused or skipped"
 
 
-@pytest.mark.parametrize("virtual", [False, True], ids=["plain", "virtual"])
-def test_rebuild_from_the_segments_alone(stores: Stores, capsys: pytest.CaptureFixture[str], virtual: bool) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rebuild_from_the_segments_alone(stores: Stores, capsys: pytest.CaptureFixture[str], layout: str) -> None:
+    virtual, stores.packs = layout == "virtual", layout != "plain-objects"
     with stores.broker() as b:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         admin.create_topics([new_topic(virtual)])[TOPIC].result(30)
         acked = produce(b.bootstrap, 0, 400)
-        assert stored_kinds(stores) == ({"kfp"} if virtual else {"kfs", "index"}), "a virtual topic: packs only"
+        assert stored_kinds(stores) == ({"kfp"} if stores.packs else {"kfs", "index"}), "packs only, or none"
         commit(b.bootstrap, [10, 10, 10])
         before = ends(acked)
     stores.wipe()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafscale.broker.commit_batcher import CommitBatcher
-from kafscale.broker.packer import TICK_GATHER, Packer, PhysicalPartition
+from kafscale.broker.packer import TICK_GATHER, TICK_GATHER_MAX_S, Packer, PhysicalPartition
 from kafscale.broker.partition_owner import OwnerSettings, PartitionOwner
 from kafscale.broker.stats import BrokerMetrics
 from kafscale.storage.async_store import AsyncObjectStore
@@ -102,7 +102,7 @@ class OwnerTable:
             interval = self.settings.flush_interval_ms / 1000
             # A virtual topic's lanes seal on their own clocks: its pack waits a whole interval for them. A plain
             # topic's seal on the shared ticks, so its pack only waits for the tick's segments to be built.
-            window = interval if found.index is not None else interval * TICK_GATHER
+            window = interval if found.index is not None else min(interval * TICK_GATHER, TICK_GATHER_MAX_S)
             packer = self.packers[(topic, found.index)] = Packer(
                 self.objects, self.settings.namespace, topic, found.index, found.lanes, found.layout, window,
                 self.committer.expect)

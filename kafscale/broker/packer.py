@@ -27,9 +27,10 @@ from kafscale.storage.object_store import ObjectStoreError
 from kafscale.storage.pack import build_pack
 from kafscale.storage.segment import BuiltSegment
 
-# A plain topic's pack waits this fraction of the flush interval after the first segment of a tick arrives: the
-# tick's other segments are being built, one after another, on the same loop.
+# A plain topic's pack waits this fraction of the flush interval (at most TICK_GATHER_MAX_S) after the first
+# segment of a tick arrives: the tick's other segments are being built, one after another, on the same loop.
 TICK_GATHER = 0.2
+TICK_GATHER_MAX_S = 0.025
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,8 @@ class AbortedTxn:
 @dataclass(frozen=True, slots=True)
 class StoredAt:
     """Where a committed segment's bytes and its index's lie: a segment of its own is a whole object (and its
-    index another), a virtual partition's is a byte range of a pack, its index right after it."""
+    index another), a packed one (a virtual partition's, or a plain topic's flushed with `pack_segments`) is a byte
+    range of a pack, its index right after it."""
 
     key: str
     start: int  # the segment's first byte in `key`
@@ -52,9 +53,9 @@ class SegmentMeta:
     crc: int
     created_ms: int
     key_epoch: int = 0  # which object key holds it (see kafscale.storage.keys): 0 = the plain key
-    # A virtual partition's segment stored in a pack object (kafscale.storage.pack): the pack's key below the
-    # topic's directory ("{physical}/pack-{id}.kfp"), where the segment starts in it, and the size of the index
-    # that follows it. "" for a segment in an object of its own.
+    # A segment stored in a pack object (kafscale.storage.pack): the pack's key below the topic's directory
+    # ("{physical}/pack-{id}.kfp" for a virtual partition's, "packs/pack-{id}.kfp" for a plain topic's), where the
+    # segment starts in it, and the size of the index that follows it. "" for a segment in an object of its own.
     pack: str = ""
     position: int = 0
     index_size: int = 0

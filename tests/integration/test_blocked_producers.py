@@ -1,7 +1,10 @@
 """An idempotent producer at its in-flight limit is answered after the flush, not after the flush interval
 (kafscale.acceptor.blocked_producers): with a flush interval of several seconds, a blocked producer's records are
 acknowledged in a fraction of it, while a plain producer's wait the interval as before; with
-blocked_flush_min_bytes set (256 KiB here), a blocked producer's few bytes wait too."""
+blocked_flush_min_bytes set (256 KiB here), a blocked producer's few bytes wait too. Each case runs with a plain
+topic's segments packed (`pack_segments`: windows end on the shard's ticks, multiples of the interval on the
+monotonic clock) and not; a producer starts right after a tick, so that waiting for the tick is waiting the
+interval."""
 
 from __future__ import annotations
 
@@ -27,10 +30,10 @@ MIN_BYTES = 256 * 1024
 INIT_PRODUCER_ID = 22
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+@pytest.fixture(params=[True, False], ids=["packed", "objects"])
+def broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[InProcessBroker]:
     config = BrokerConfig(metrics_listen="", flush_interval_ms=int(INTERVAL_S * 1000),
-                          blocked_flush_min_bytes=MIN_BYTES)
+                          blocked_flush_min_bytes=MIN_BYTES, pack_segments=request.param)
     with InProcessBroker(config, meta=lambda: EmbeddedStore(tmp_path / "meta.db"),
                          objects=lambda: LocalDirStore(tmp_path / "objects")) as b:
         yield b
@@ -40,11 +43,17 @@ def port(b: InProcessBroker) -> int:
     return int(b.bootstrap.rsplit(":", 1)[1])
 
 
+def after_a_tick() -> None:
+    """Wait for the monotonic clock to pass a multiple of the interval (the broker runs in this process)."""
+    time.sleep(INTERVAL_S - time.monotonic() % INTERVAL_S + 0.01)
+
+
 def acknowledged_after(b: InProcessBroker, topic: str, conf: dict[str, object], records: int, size: int) -> float:
     """Seconds from the first produce() until every record is acknowledged (one batch: linger outlasts the loop)."""
     producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 200, **conf})
     producer.list_topics(topic, timeout=10)
     failed: list[object] = []
+    after_a_tick()
     started = time.monotonic()
     for i in range(records):
         producer.produce(topic, f"r{i}".encode().ljust(size, b"."), partition=0,
@@ -90,6 +99,7 @@ def pipelined(wire: KafkaWire, topic: str, partitions: range) -> float:
     init = wire.call(make(request_class(INIT_PRODUCER_ID, 4), transactional_id=None,
                           transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1))
     assert init.error_code == ErrorCode.none
+    after_a_tick()
     started = time.monotonic()
     for p in partitions:
         record = idempotent_batch(init.producer_id, init.producer_epoch, bytes(300 * 1024))  # past the minimum

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from kafscale.pipeline.committed import read_snapshot
 from kafscale.pipeline.location import Location
 from kafscale.pipeline.slices import count_data_loss
-from kafscale.storage.keys import segment_key
+from kafscale.storage.keys import pack_key, pack_name, segment_key
 from tests.pipeline.conftest import NAMESPACE, Deployment, unique_topic
 from tests.pipeline.kafka import (
     consume_all,
@@ -108,14 +109,19 @@ def test_uncommitted_objects_are_ignored(spark: Any, deployment_embedded: Deploy
     topic, expected = orders
     snap = read_snapshot(Location.from_options(deployment_embedded.options), topics=[topic])
     log = snap.logs[(topic, 0)]
-    # An upload whose commit never happened (a crashed or fenced owner) sits at the high watermark.
-    orphan = segment_key(NAMESPACE, topic, 0, log.end)
-    first = deployment_embedded.objects.get(segment_key(NAMESPACE, topic, 0, log.segments[0].base))
-    deployment_embedded.objects.put(orphan, first)
+    # Uploads whose commit never happened (a crashed or fenced owner): a segment object at the high watermark,
+    # and a pack no record names.
+    objects = deployment_embedded.objects
+    at = log.segments[0].stored(NAMESPACE, topic, 0)
+    orphans = {segment_key(NAMESPACE, topic, 0, log.end): objects.get_range(at.key, at.start, at.size),
+               pack_key(NAMESPACE, topic, pack_name(None, uuid.uuid4().hex)): objects.get(at.key)}
+    for key, data in orphans.items():
+        objects.put(key, data)
     try:
         assert spark_records(kafscale_df(spark, deployment_embedded, topic=topic)) == expected
     finally:
-        deployment_embedded.objects.delete(orphan)
+        for key in orphans:
+            objects.delete(key)
 
 
 def test_a_corrupt_segment_fails_the_job_or_is_skipped_and_counted(
@@ -128,9 +134,10 @@ def test_a_corrupt_segment_fails_the_job_or_is_skipped_and_counted(
     log = read_snapshot(Location.from_options(dep.options), topics=[topic]).logs[(topic, 0)]
     assert len(log.segments) >= 3
     victim = log.segments[1]
-    key = segment_key(NAMESPACE, topic, 0, victim.base)
+    at = victim.stored(NAMESPACE, topic, 0)  # an object of its own, or a byte range of a pack
+    key = at.key
     data = bytearray(dep.objects.get(key))
-    data[len(data) // 2] ^= 0x40
+    data[at.start + at.size // 2] ^= 0x40
     dep.objects.put(key, bytes(data))
 
     with pytest.raises(Exception, match=key):

@@ -12,10 +12,10 @@ import pytest
 from kafscale.broker.packer import Packer
 from kafscale.storage import keys as object_keys
 from kafscale.storage.async_store import AsyncObjectStore
-from kafscale.storage.batch import set_base_offset
+from kafscale.storage.batch import CorruptSegmentError, set_base_offset
 from kafscale.storage.local_store import LocalDirStore
 from kafscale.storage.object_store import ObjectStoreError
-from kafscale.storage.pack import parse_trailer
+from kafscale.storage.pack import build_pack, parse_trailer
 from kafscale.storage.segment import BuiltSegment, SegmentReader, build_segment
 from tests.unit.fake_broker import record_batch
 
@@ -115,3 +115,33 @@ async def test_a_window_cancelled_before_its_put_fails_its_lanes_and_the_next_on
     packer.window_s = 0.01
     assert (await packer.upload(0, 1, _segment(0, b"a"))).pack and packer.packs == 1
     objects.close()
+
+
+async def test_a_plain_topics_pack_lies_in_its_packs_directory_and_says_it_is_plain(tmp_path: Path) -> None:
+    """A plain topic's partitions on one shard share packs in the topic's `packs/`; the trailer's layout is (0,
+    partitions), and a partition made after the packer (CreatePartitions) still fits the recorded count."""
+    store = LocalDirStore(tmp_path)
+    objects = AsyncObjectStore(store)
+    packer = Packer(objects, "ns", "t", None, [0, 1, 2], (0, 3), window_s=0.01)
+    places = await asyncio.gather(packer.upload(0, 1, _segment(0, b"a")), packer.upload(4, 2, _segment(7, b"e")))
+    assert places[0].pack == places[1].pack and places[0].pack.startswith("packs/pack-")
+    key = object_keys.pack_key("ns", "t", places[0].pack)
+    assert key == object_keys.packs_prefix("ns", "t") + places[0].pack.split("/")[1]
+    assert object_keys.pack_name_of(key, "ns", "t") == places[0].pack
+    assert object_keys.pack_name_of(key, "ns", "packs") is None  # not a pack of a topic named "packs"
+    data = store.get(key)
+    trailer = parse_trailer(data, len(data))
+    assert (trailer.physical, trailer.virtual) == (0, 5)
+    assert [(p.lane, p.epoch, p.base) for p in trailer.lanes] == [(0, 1, 0), (4, 2, 7)]
+    objects.close()
+
+
+def test_a_trailer_layout_is_checked() -> None:
+    segment = _segment(0, b"a")
+    for physical, virtual in ((0, 1), (1, 1), (2, 4)):
+        data = build_pack([(0, 1, segment)], physical, virtual).data
+        assert (parse_trailer(data, len(data)).physical, parse_trailer(data, len(data)).virtual) == (physical, virtual)
+    for physical, virtual, lane in ((-1, 4, 0), (0, 0, 0), (3, 4, 0), (0, 2, 2), (2, 4, 4)):
+        data = build_pack([(lane, 1, segment)], physical, virtual).data
+        with pytest.raises(CorruptSegmentError, match="layout"):
+            parse_trailer(data, len(data))

@@ -108,11 +108,14 @@ async def flush_loop(owner: PartitionOwner) -> None:
             continue
         if owner.closed and not owner._sealed and not owner._open.chunks:
             return
-        timeout = None  # an upload finishing wakes the loop
+        deadline = None  # an upload finishing wakes the loop
         if owner._open.chunks and not uploading:
-            timeout = max(0.0, _due_at(owner._open.started, interval, ticks) - time.monotonic())
+            # The loop's clock is the monotonic one: every partition waiting for one tick gets the very same
+            # deadline, so their timers fire in one turn of the loop and their segments reach the pack together.
+            deadline = _due_at(owner._open.started, interval, ticks)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(owner._wake.wait(), timeout=timeout)
+            async with asyncio.timeout_at(deadline):
+                await owner._wake.wait()
 
 
 def _due_at(started: float, interval: float, ticks: bool) -> float:
@@ -129,6 +132,8 @@ def _uploading(owner: PartitionOwner) -> bool:
 def _start_uploads(owner: PartitionOwner) -> None:
     for pending in itertools.islice(owner._sealed, owner.settings.uploads_in_flight):
         if pending.upload is None:
+            if owner.packer is not None:
+                owner.packer.coming(owner.partition)
             pending.upload = asyncio.get_running_loop().create_task(_upload_pending(owner, pending))
             pending.upload.add_done_callback(lambda _: owner._wake.set())
 

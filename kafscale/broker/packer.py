@@ -64,7 +64,16 @@ class Packer:
         self.packs = 0  # packs stored, for tests and the bench
         self._waiting: dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]] = {}
         self._closed: asyncio.Future[None] | None = None  # resolves when the open window closes
+        # A plain topic's lanes seal together (on a tick, or blocked producers' windows at once) and say so
+        # (`coming`): the window closes as soon as every lane that said so has arrived, not at the end of its time.
+        self._coming: set[int] = set()
+        self._complete: asyncio.Future[None] | None = None  # resolves when nothing more is coming
         self._storing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
+
+    def coming(self, lane: int) -> None:
+        """The lane has sealed a segment, which it is building for the open window (or the next one)."""
+        if lane not in self._waiting:
+            self._coming.add(lane)
 
     async def upload(self, lane: int, epoch: int, built: BuiltSegment) -> PackPlace:
         """Store one lane's sealed segment (and its index) in the next pack, as written by the lane's owner of
@@ -77,23 +86,27 @@ class Packer:
         placed.add_done_callback(_retrieved)  # a lane closed meanwhile never awaits its failure
         self._waiting[lane] = (epoch, built, placed)
         if self._closed is None:
-            self._closed = loop.create_future()
-            task = loop.create_task(self._store_after(self.window_s))
+            self._closed, self._complete = loop.create_future(), loop.create_future()
+            task = loop.create_task(self._store_after(self.window_s, self._complete))
             self._storing.add(task)
             task.add_done_callback(self._storing.discard)
+        self._coming.discard(lane)
+        if self._complete is not None and not self._coming and self.physical is None and not self._complete.done():
+            self._complete.set_result(None)
         return await placed
 
     def _close_window(self) -> dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]]:
         waiting, self._waiting = self._waiting, {}
-        closed, self._closed = self._closed, None
+        closed, self._closed, self._complete = self._closed, None, None
+        self._coming.clear()  # a lane that said so and has not arrived joins the next window
         if closed is not None and not closed.done():
             closed.set_result(None)
         return waiting
 
-    async def _store_after(self, delay: float) -> None:
+    async def _store_after(self, delay: float, complete: asyncio.Future[None]) -> None:
         waiting: dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]] = {}
         try:
-            await asyncio.sleep(delay)
+            await asyncio.wait([complete], timeout=delay)
             waiting = self._close_window()
             physical, virtual = self.layout
             if not physical:  # a plain topic's partitions: some may be newer than the count this packer was made with

@@ -145,3 +145,22 @@ def test_a_trailer_layout_is_checked() -> None:
         data = build_pack([(lane, 1, segment)], physical, virtual).data
         with pytest.raises(CorruptSegmentError, match="layout"):
             parse_trailer(data, len(data))
+
+
+async def test_a_plain_topics_pack_goes_as_soon_as_every_lane_that_sealed_has_arrived(tmp_path: Path) -> None:
+    """Lanes that sealed together say so (`coming`): their pack goes when the last of them arrives, not at the end
+    of its window; until then it waits."""
+    objects = AsyncObjectStore(LocalDirStore(tmp_path))
+    packer = Packer(objects, "ns", "t", None, [0, 1, 2], (0, 3), window_s=5.0)
+    started = time.monotonic()
+    for lane in (0, 1, 2):
+        packer.coming(lane)
+    first = asyncio.ensure_future(packer.upload(0, 1, _segment(0, b"a")))
+    second = asyncio.ensure_future(packer.upload(1, 1, _segment(0, b"b")))
+    await asyncio.sleep(0.2)
+    assert not first.done() and not second.done(), "lane 2 is still coming"
+    third = await packer.upload(2, 1, _segment(0, b"c"))
+    assert (await first).pack == (await second).pack == third.pack and time.monotonic() - started < 1.0
+    alone = await packer.upload(0, 1, _segment(1, b"d"))  # nothing else sealed: it goes at once
+    assert alone.pack != third.pack and packer.packs == 2 and time.monotonic() - started < 1.0
+    objects.close()

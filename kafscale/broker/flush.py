@@ -87,13 +87,16 @@ async def flush_loop(owner: PartitionOwner) -> None:
     """
     interval = owner.settings.flush_interval_ms / 1000.0
     ticks = owner.packer is not None and owner.packer.physical is None
+    # The deadlines are on the loop's clock (the monotonic one; uvloop's in whole milliseconds), and so is the
+    # check that one has passed: a timer never fires "early" by the other clock's reading.
+    loop = asyncio.get_running_loop()
     while not owner.fenced:
         owner._wake.clear()
         uploading = _uploading(owner)
         due_at = _due_at(owner._open.started, interval, ticks)
         if owner._open.chunks and (owner.closed or (not uploading and (
                 (owner._open.due_now and owner._open.nbytes >= owner.settings.blocked_flush_min_bytes)
-                or time.monotonic() >= due_at))):
+                or loop.time() >= due_at))):
             owner._seal()
         _start_uploads(owner)
         if owner._sealed and owner._sealed[0].upload is not None and owner._sealed[0].upload.done():

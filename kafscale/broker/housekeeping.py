@@ -24,7 +24,8 @@ def chores(core: ShardCore) -> list[Coroutine[Any, Any, None]]:
     if config.janitor_interval_s:
         out.append(janitor.run(owners, core.placement.leads_housekeeping, core.meta, core.objects,
                                config.s3_namespace, config.janitor_interval_s, config.orphan_grace_s,
-                               lambda sweep: core.metrics.swept(sweep.deleted, sweep.in_grace)))
+                               lambda sweep: core.metrics.swept(sweep.deleted, sweep.in_grace),
+                               lambda topic: info.partitions if (info := core.topics.topics.get(topic)) else 0))
     if config.metadata_snapshot_interval_s:
         out.append(snapshot.run(core.meta, core.objects, config.s3_namespace, config.metadata_snapshot_interval_s,
                                 config.metadata_snapshots_kept, core.placement.leads_housekeeping,

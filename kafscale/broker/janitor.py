@@ -16,7 +16,7 @@ Why a deletion is safe:
   partitions on one shard flush together) holds segments of several lanes, each of which commits and drops its
   segments on its own. When it is garbage for good is kafscale.broker.pack_reaping's rule; retention deletes the
   packs it empties at once, and the janitor looks at the rest: a physical partition's packs once per physical
-  partition, a plain topic's `packs/` by each shard leading some of its partitions, only packs no committed record
+  partition, a plain topic's `packs/` by the shard leading its partition 0, only packs no committed record
   names, and only those older than `grace_s`.
 - **A deleted topic's objects.** Deleting a topic writes a record (`deleted_topics/{name}`) in the same
   transaction, and no topic of that name can be made while it exists. The shard that deleted the topic deletes
@@ -155,19 +155,22 @@ def _in_topic(key: str, namespace: str, name: str) -> bool:
 
 async def run(owners: Callable[[], Iterable[PartitionOwner]], leads: Callable[[], bool], meta: MetadataStore,
               objects: AsyncObjectStore, namespace: str, interval_s: float, grace_s: float,
-              report: Callable[[Sweep], None]) -> None:
+              report: Callable[[Sweep], None], partitions: Callable[[str], int] = lambda _t: 0) -> None:
     """One loop per shard over the partitions it owns; the shard for which leads() is true also finishes
-    topic deletions (any shard may, and two at once are harmless: the lowest live shard id does)."""
+    topic deletions (any shard may, and two at once are harmless: the lowest live shard id does). A virtual
+    topic's packs are swept by physical partition, a plain topic's `packs/` by the shard leading its partition 0
+    (whether or not this broker packs: an earlier run may have); partitions(topic): its partition count now."""
     while True:
         await asyncio.sleep(interval_s)
         deleted = in_grace = 0
-        # a virtual topic's physical partitions led here, and the plain topics packed here (None)
-        physical: dict[tuple[str, int | None], list[int]] = {}
+        physical: dict[tuple[str, int | None], list[int]] = {}  # (topic, physical partition or None): lanes
         for owner in list(owners()):
             if owner.closed or owner.fenced:
                 continue
-            if owner.packer is not None:
+            if owner.packer is not None and owner.packer.physical is not None:
                 physical.setdefault((owner.topic, owner.packer.physical), owner.packer.lanes)
+            elif owner.partition == 0:
+                physical[(owner.topic, None)] = list(range(partitions(owner.topic)))
             try:
                 result = await sweep_partition(owner, grace_s)
                 deleted, in_grace = deleted + result.deleted, in_grace + result.in_grace

@@ -106,6 +106,8 @@ class OwnerTable:
             packer = self.packers[(topic, found.index)] = Packer(
                 self.objects, self.settings.namespace, topic, found.index, found.lanes, found.layout, window,
                 self.committer.expect)
+        elif packer.layout != found.layout:  # a plain topic's partitions added since (CreatePartitions)
+            packer.lanes, packer.layout = found.lanes, found.layout
         return packer
 
     def open_early(self, topic: str, partitions: list[int]) -> None:

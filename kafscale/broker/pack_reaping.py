@@ -10,10 +10,13 @@ under the epoch it was made with, so what a fenced writer committed before losin
 owner is open on this shard is judged from that owner instead: what it holds is what it committed, and a stale
 view (an owner fenced without knowing it yet) can only keep a pack alive, never free one that is named.
 
-The janitor applies this rule to packs no commit names (kafscale.broker.janitor). Retention applies it at once to
-the packs whose segments it drops, as it deletes a plain segment's objects at once: a pack that a lane open on
-this shard still names is skipped without a request (that lane's own pass comes to it), any other is read and
-deleted if dead. Normally the last lane to drop a pack frees it, for one HEAD, one trailer read and one delete.
+The janitor applies this rule to packs no commit names (kafscale.broker.janitor), once they are older than its
+grace. Retention applies it at once to the packs whose segments it drops, as it deletes a plain segment's objects
+at once, and only to packs whose every segment retention dropped (below its lane's log start): one a compaction
+replaced may still be read by a fetch that looked it up just before the swap, and waits for the janitor. A pack
+that a lane open on this shard still names is skipped without a request (that lane's own pass comes to it), any
+other is read and deleted if dead. Normally the last lane to drop a pack frees it, for one HEAD, one trailer read
+and one delete.
 """
 
 from __future__ import annotations
@@ -42,22 +45,28 @@ SCAN_SLACK = 16
 
 
 async def pack_is_dead(meta: MetadataStore, objects: AsyncObjectStore, topic: str, key: str, size: int, name: str,
-                       local: Local | None = None) -> bool:
-    """Whether the pack `name` (at `key`, `size` bytes) is garbage for good, by the rule above."""
+                       local: Local | None = None, dropped_only: bool = False) -> bool:
+    """Whether the pack `name` (at `key`, `size` bytes) is garbage for good, by the rule above. dropped_only (what
+    retention asks): whether every lane's segment in it is also below the lane's log start, dropped by retention;
+    a segment a compaction replaced may still be read by a fetch that looked it up before the swap, so such a pack
+    waits for the janitor and its grace."""
     for lane in (await read_trailer(objects, key, size)).lanes:
         owner = local.get((topic, lane.lane)) if local is not None else None
         if owner is not None and not owner.closed and not owner.fenced:
             named = _names(owner.segments, lane.base, name)
-            end, fenced = owner.high_watermark, owner.epoch > lane.epoch
+            end, start, fenced = owner.high_watermark, owner.log_start_offset, owner.epoch > lane.epoch
         else:
             owner_kv = await meta.get(keys.owner(topic, lane.lane))
             state = await meta.get(keys.state(topic, lane.lane))
             record = await meta.get(keys.segment(topic, lane.lane, lane.base))
             named = record is not None and record.value.get("pack") == name
             end = int(state.value["next_offset"]) if state is not None else 0
+            start = int(state.value.get("log_start_offset", 0)) if state is not None else 0
             fenced = owner_kv is not None and int(owner_kv.value.get("epoch", 0)) > lane.epoch
         if named or (lane.base >= end and not fenced):
             return False  # still read, or its commit may still be on its way
+        if dropped_only and lane.base >= start:
+            return False  # replaced (a compaction) or never committed, not dropped: the janitor's, after its grace
     return True
 
 
@@ -78,7 +87,7 @@ async def reap_dropped(owner: PartitionOwner, dropped: Iterable[SegmentMeta], lo
         try:
             info = await owner.objects.head(key)
             if info is not None and await pack_is_dead(owner.meta, owner.objects, owner.topic, key, info.size, name,
-                                                       local):
+                                                       local, dropped_only=True):
                 dead.append(key)
         except Exception as e:  # the janitor judges it later
             log.warning("%s-%d: pack %s left to the janitor: %s", owner.topic, owner.partition, name, e)

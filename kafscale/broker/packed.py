@@ -1,8 +1,10 @@
-"""Finding virtual partitions' segments in the packs of the object store, from the packs' trailers: what restore and
-rebuild roll forward from (kafscale.broker.snapshot) when no commit names them any more, or yet."""
+"""Finding packed segments (virtual partitions', and plain topics' flushed with `pack_segments`) in the object store,
+from the packs' trailers: what restore and rebuild roll forward from (kafscale.broker.snapshot) when no commit names
+them any more, or yet."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from kafscale.storage.pack import TAIL_READ, PackedLane, PackTrailer, TrailerBey
 from kafscale.storage.segment import SEGMENT_FOOTER_SIZE, parse_segment_footer
 
 log = logging.getLogger(__name__)
+READS_AT_ONCE = 32  # trailer reads in flight: a topic flushed in packs for a week has hundreds of thousands
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,17 +34,22 @@ async def packed_segments(objects: AsyncObjectStore, namespace: str, topic: str,
                           listed: list[ObjectInfo]) -> dict[int, list[PackedSegment]]:
     """The lane segments in the packs among `listed` (objects of the topic), by lane."""
     found: dict[int, list[PackedSegment]] = defaultdict(list)
-    for o in listed:
-        name = object_keys.pack_name_of(o.key, namespace, topic)
-        if name is None:
-            continue
-        try:
-            trailer = await read_trailer(objects, o.key, o.size)
-        except CorruptSegmentError as e:  # a damaged pack: its segments are not rolled forward, the rest are
-            log.warning("pack %s skipped: %s", o.key, e)
-            continue
+    slots = asyncio.Semaphore(READS_AT_ONCE)
+
+    async def read(o: ObjectInfo, name: str) -> None:
+        async with slots:
+            try:
+                trailer = await read_trailer(objects, o.key, o.size)
+            except CorruptSegmentError as e:  # a damaged pack: its segments are not rolled forward, the rest are
+                log.warning("pack %s skipped: %s", o.key, e)
+                return
         for lane in trailer.lanes:
             found[lane.lane].append(PackedSegment(name, o.key, lane, (trailer.physical, trailer.virtual)))
+
+    await asyncio.gather(*(read(o, name) for o in listed
+                           if (name := object_keys.pack_name_of(o.key, namespace, topic)) is not None))
+    for segments in found.values():
+        segments.sort(key=lambda s: (s.lane.base, s.lane.epoch, s.name))  # the same whatever order reads finished
     return found
 
 

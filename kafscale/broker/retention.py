@@ -74,7 +74,8 @@ async def truncate(owner: PartitionOwner, offset: int, local: Local) -> int:
         for s in dropped:
             owner.reader.discard(s)
         try:
-            await owner.objects.delete_many(gone)
+            if gone:
+                await owner.objects.delete_many(gone)
             packs = await reap_dropped(owner, dropped, local)
         except Exception as e:
             log.warning("%s-%d: log start moved to %d but deleting %d objects failed: %s", topic, partition,

@@ -86,7 +86,7 @@ async def flush_loop(owner: PartitionOwner) -> None:
     data, only latency. A smaller one keeps the interval, so a slow producer's records still share objects.
     """
     interval = owner.settings.flush_interval_ms / 1000.0
-    ticks = owner.packer is not None and owner.packer.physical is None
+    ticks = owner.packer is not None and owner.packer.ticks
     # The deadlines are on the loop's clock (the monotonic one; uvloop's in whole milliseconds), and so is the
     # check that one has passed: a timer never fires "early" by the other clock's reading.
     loop = asyncio.get_running_loop()
@@ -135,7 +135,7 @@ def _uploading(owner: PartitionOwner) -> bool:
 def _start_uploads(owner: PartitionOwner) -> None:
     for pending in itertools.islice(owner._sealed, owner.settings.uploads_in_flight):
         if pending.upload is None:
-            if owner.packer is not None:
+            if owner.packer is not None and owner.packer.ticks:
                 owner.packer.coming(owner.partition)
             pending.upload = asyncio.get_running_loop().create_task(_upload_pending(owner, pending))
             pending.upload.add_done_callback(lambda _: owner._wake.set())

@@ -102,7 +102,8 @@ class OwnerTable:
             interval = self.settings.flush_interval_ms / 1000
             # A virtual topic's lanes seal on their own clocks: its pack waits a whole interval for them. A plain
             # topic's seal on the shared ticks, so its pack only waits for the tick's segments to be built.
-            window = interval if found.index is not None else min(interval * TICK_GATHER, TICK_GATHER_MAX_S)
+            ticks = found.index is None
+            window = min(interval * TICK_GATHER, TICK_GATHER_MAX_S) if ticks else interval
             packer = self.packers[(topic, found.index)] = Packer(
                 self.objects, self.settings.namespace, topic, found.index, found.lanes, found.layout, window,
                 self.committer.expect)

@@ -57,6 +57,9 @@ class Packer:
                  layout: tuple[int, int], window_s: float,
                  announce: Callable[[str, list[tuple[str, int]]], None] | None = None) -> None:
         self.objects, self.namespace, self.topic, self.physical = objects, namespace, topic, physical
+        # A plain topic's lanes seal on the shard's shared ticks (kafscale.broker.flush) and say so as they seal
+        # (`coming`); a virtual topic's seal on their own clocks, and their pack waits out its window for them.
+        self.ticks = physical is None
         self.lanes = lanes  # the partitions whose segments may be in these packs
         self.layout = layout  # the topic's (physical, virtual) partition counts, recorded in every pack
         self.window_s = window_s
@@ -64,8 +67,8 @@ class Packer:
         self.packs = 0  # packs stored, for tests and the bench
         self._waiting: dict[int, tuple[int, BuiltSegment, asyncio.Future[PackPlace]]] = {}
         self._closed: asyncio.Future[None] | None = None  # resolves when the open window closes
-        # A plain topic's lanes seal together (on a tick, or blocked producers' windows at once) and say so
-        # (`coming`): the window closes as soon as every lane that said so has arrived, not at the end of its time.
+        # On ticks, lanes seal together (on a tick, or blocked producers' windows at once) and say so: the window
+        # closes as soon as every lane that said so has arrived, not at the end of its time.
         self._coming: set[int] = set()
         self._complete: asyncio.Future[None] | None = None  # resolves when nothing more is coming
         self._storing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
@@ -91,7 +94,7 @@ class Packer:
             self._storing.add(task)
             task.add_done_callback(self._storing.discard)
         self._coming.discard(lane)
-        if self._complete is not None and not self._coming and self.physical is None and not self._complete.done():
+        if self.ticks and self._complete is not None and not self._coming and not self._complete.done():
             self._complete.set_result(None)
         return await placed
 

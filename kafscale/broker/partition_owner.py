@@ -368,8 +368,8 @@ class PartitionOwner:
         """The producer can send nothing more until it is answered (kafscale.acceptor.blocked_producers): if its
         records are in the open window, seal it without waiting for the flush interval. (If they are sealed
         already, the open window holds only others' records, which keep their interval.)"""
-        if self.packer is not None and self.packer.physical is not None:  # a virtual partition's segment waits
-            return  # for its pack's window anyway
+        if self.packer is not None and not self.packer.ticks:  # a virtual partition's segment waits for its
+            return  # pack's window anyway
         if self._open.chunks and not self._open.due_now and producer_id in self._open.producers:
             self._open.due_now = True
             self._wake.set()

@@ -9,12 +9,15 @@ Per case (record size x acks x idempotence x partitions), on each broker, on a t
 * ProducerPerformance (`org.apache.kafka.tools.ProducerPerformance`, the client's defaults apart from acks and
   idempotence): MiB/s and its latency p50/p99 as it reports them;
 * ConsumerPerformance reading the same records back: MiB/s;
-* the broker's CPU over both (utime + stime of the Kafka JVM, or of the serve process and its shards), per GiB.
+* the broker's CPU over both (utime + stime of the Kafka JVM, or of the serve process and its shards), per GiB;
+* then the same with librdkafka as the second client (its defaults apart from acks and idempotence: the
+  `produce` worker in count mode, and the `catchup` worker reading from the beginning), on a topic of its own.
 Once per broker: EndToEndLatency (1 KiB, acks=all, 2,000 records) p50 and p99.
 
-Each Kafscale figure carries Kafka's as its reference, so results.json holds the ratio. `--quick` runs two cases
-and smaller volumes; the full matrix is 100 B, 1 KiB, 16 KiB x acks 1/all x idempotence off/on x 1, 16, 256
-partitions.
+Each broker first serves one unmeasured case, so Kafka's JVM is compiled before it is measured. Each Kafscale
+figure carries Kafka's as its reference, so results.json holds the ratio. `--quick` runs two cases of 32 MiB; the
+full matrix is 100 B, 1 KiB, 16 KiB x acks 1/all x idempotence off/on x 1, 16, 256 partitions, 64 MiB a case
+and client (one partition at acks=all is a few MiB/s on Kafscale: each batch waits for a flush tick).
 """
 
 from __future__ import annotations
@@ -29,12 +32,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Broker, Context, GiB, MiB, Reference, Result, broker, log, process_cpu_seconds
+from benchmarks.common import (
+    Broker,
+    Context,
+    GiB,
+    MiB,
+    Reference,
+    Result,
+    broker,
+    log,
+    process_cpu_seconds,
+    run_worker,
+)
 from kafscale.testing.kafka_reference import LATEST, PRODUCTION_JVM_FLAGS, ReferenceKafka, find_java, lib_dir
 
 TOOLS = "org.apache.kafka.tools"
 FULL_CASES = list(itertools.product((100, 1024, 16384), ("1", "all"), (False, True), (1, 16, 256)))
 QUICK_CASES = [(1024, "all", True, 16), (100, "1", False, 1)]
+CLIENTS = ("java", "librdkafka")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,17 +106,46 @@ def _end_to_end(work: Path, side: Side, topic: str) -> dict[str, float]:
     return {"p50_ms": p50, "p99_ms": p99}
 
 
-def _case(work: Path, side: Side, case: tuple[int, str, bool, int], volume: int) -> dict[str, float]:
+def _librdkafka(side: Side, topic: str, size: int, count: int, acks: str, idempotent: bool,
+                partitions: int) -> dict[str, float]:
+    """librdkafka (confluent-kafka) at its defaults: `linger.ms` 5, batches up to 1 MB, records spread over the
+    partitions in turn, every delivery timed."""
+    out = run_worker("produce", {"bootstrap": side.bootstrap, "topic": topic, "partitions": partitions,
+                                 "size": size, "count": count, "duration": 0, "acks": acks,
+                                 "conf": {"enable.idempotence": idempotent}}, timeout=1200)
+    if out["errors"] or out["undelivered"]:
+        raise RuntimeError(f"librdkafka on {side.name}, {topic}: {out['errors']} errors, {out['undelivered']} "
+                           f"undelivered, first {out['first_error']!r}")
+    read = run_worker("catchup", {"bootstrap": side.bootstrap, "topic": topic, "partitions": partitions,
+                                  "expect": count, "timeout": 300}, timeout=600)
+    if not read["complete"]:
+        raise RuntimeError(f"librdkafka on {side.name}, {topic}: read {read['received']} of {count} records")
+    latency = out["latency"]
+    return {"records": count, "records_s": out["records_per_s"], "mib_s": out["mib_per_s"],
+            "p50_ms": latency["p50_ms"], "p99_ms": latency["p99_ms"], "read_mib_s": read["mib_per_s"]}
+
+
+def _case(work: Path, side: Side, case: tuple[int, str, bool, int], volume: int, client: str) -> dict[str, float]:
     size, acks, idempotent, partitions = case
-    topic = f"vs-{side.name}-{size}-{acks}-{int(idempotent)}-{partitions}-{time.monotonic_ns() % 10**6}"
+    topic = f"vs-{side.name}-{client}-{size}-{acks}-{int(idempotent)}-{partitions}-{time.monotonic_ns() % 10**6}"
     side.create(topic, partitions)
     count = max(1000, volume // size)
     cpu0 = side.cpu()
-    produced = producer_performance(work, side, topic, size, count, acks, idempotent)
-    read_mib_s = _consume(work, side, topic, count)
+    if client == "java":
+        produced = producer_performance(work, side, topic, size, count, acks, idempotent)
+        produced["read_mib_s"] = _consume(work, side, topic, count)
+    else:
+        produced = _librdkafka(side, topic, size, count, acks, idempotent, partitions)
     cpu = side.cpu() - cpu0
     gib = 2 * count * size / GiB  # written once, read once
-    return {**produced, "read_mib_s": read_mib_s, "cpu_s_per_gib": cpu / gib}
+    return {**produced, "cpu_s_per_gib": cpu / gib}
+
+
+def _cases(work: Path, side: Side, cases: list[tuple[int, str, bool, int]],
+           volume: int) -> dict[tuple[str, tuple[int, str, bool, int]], dict[str, float]]:
+    """Every case with both clients, after one unmeasured case that warms the broker (Kafka's JIT)."""
+    _case(work, side, (1024, "1", False, 16), 16 * MiB, "java")
+    return {(client, case): _case(work, side, case, volume, client) for case in cases for client in CLIENTS}
 
 
 def _kafka_side(kafka: ReferenceKafka, work: Path) -> Side:
@@ -139,21 +183,21 @@ def _reference(ctx: Context) -> Iterator[ReferenceKafka]:
 
 def vs_kafka(ctx: Context) -> None:
     cases = QUICK_CASES if ctx.quick else FULL_CASES
-    volume = 32 * MiB if ctx.quick else 512 * MiB
+    volume = 32 * MiB if ctx.quick else 64 * MiB
     work = ctx.work / "vs-kafka"
     work.mkdir(exist_ok=True)
     with _reference(ctx) as kafka:
         kafka_side = _kafka_side(kafka, work)
-        theirs = {case: _case(work, kafka_side, case, volume) for case in cases}
+        theirs = _cases(work, kafka_side, cases, volume)
         kafka_e2e = _end_to_end(work, kafka_side, f"vs-e2e-kafka-{time.monotonic_ns() % 10**6}")
         log(f"  kafka: {theirs}; end to end {kafka_e2e}")
         for backend in ctx.backends:
             with broker(ctx, backend, "vs_kafka") as b:
                 side = kafscale_side(b, work)
-                for case in cases:
-                    ours = _case(work, side, case, volume)
-                    log(f"  {side.name} {case}: {ours} (kafka {theirs[case]})")
-                    _add(ctx, backend, case, ours, theirs[case])
+                ours = _cases(work, side, cases, volume)
+                for key, figures in ours.items():
+                    log(f"  {side.name} {key}: {figures} (kafka {theirs[key]})")
+                    _add(ctx, backend, key, figures, theirs[key])
                 e2e = _end_to_end(work, side, f"vs-e2e-{backend}-{time.monotonic_ns() % 10**6}")
                 for key in ("p50_ms", "p99_ms"):
                     ctx.add(Result("vs_kafka", f"end_to_end_{key}", e2e[key], "ms", backend,
@@ -166,13 +210,17 @@ def _kafkas(value: float, unit: str, better: str) -> Reference:
                      "Apache Kafka 4.4.0 on this machine, same tool and case (its log in the page cache)")
 
 
-def _add(ctx: Context, backend: str, case: tuple[int, str, bool, int], ours: dict[str, float],
+def _add(ctx: Context, backend: str, key: tuple[str, tuple[int, str, bool, int]], ours: dict[str, float],
          theirs: dict[str, float]) -> None:
-    size, acks, idempotent, partitions = case
+    client, (size, acks, idempotent, partitions) = key
     name = f"{size}B_acks{acks}_{'idem' if idempotent else 'plain'}_p{partitions}"
+    if client != "java":  # the names the Java tools' figures have had since the first run
+        name = f"{name}_{client}"
+    tools = ("ProducerPerformance, ConsumerPerformance" if client == "java" else
+             "librdkafka: the produce worker (count mode), the catchup worker")
     settings: dict[str, Any] = {"record_size": size, "acks": acks, "enable.idempotence": idempotent,
-                                "partitions": partitions, "records": ours["records"],
-                                "tools": "ProducerPerformance, ConsumerPerformance (client defaults otherwise)"}
+                                "partitions": partitions, "records": ours["records"], "client": client,
+                                "tools": f"{tools} (client defaults otherwise)"}
     for key, unit, better in (("mib_s", "MiB/s", "higher"), ("read_mib_s", "MiB/s", "higher"),
                               ("p50_ms", "ms", "lower"), ("p99_ms", "ms", "lower"),
                               ("cpu_s_per_gib", "CPU-s/GiB", "lower")):

@@ -35,7 +35,7 @@ class RequestContext:
     listener: Listener  # .name / .host / .port / .advertised_host of the listener that got the request
     principal: Principal = ANONYMOUS  # who the client proved to be (SASL, or an SSL client certificate)
     sasl: SaslSession | None = None  # the connection's SASL state, on SASL listeners (the SASL handlers' business)
-    produce_waits: WaitingProduces | None = None  # the connection's idempotent acks=all produces not answered yet
+    produce_waits: WaitingProduces | None = None  # the connection's acks=all produces that may block, not answered
 
 
 # Answers a kio response object of the request's (api_key, api_version), an EncodedResponse, or None

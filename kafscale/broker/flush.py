@@ -51,6 +51,7 @@ class Pending:
     # Each producer's state as of this window's last batch: what its commit persists. A snapshot, not
     # the live entry, which already holds later (uncommitted) batches by the time this one commits.
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
+    plain: bool = False  # it holds batches without a producer id
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     upload: asyncio.Task[Uploaded] | None = None  # started once sealed, within the in-flight limit
     aborted: list[AbortedTxn] = field(default_factory=list)  # the transactions this window's markers abort

@@ -105,8 +105,8 @@ class Broker(Peer, Protocol):
         ...
 
     def flush_now(self, partitions: Iterable[tuple[str, int]], producer_id: int) -> None:
-        """The idempotent producer waiting on these partitions (led here) can send nothing more until answered:
-        flush what it waits for without waiting for the flush interval."""
+        """The producer (-1: a plain one) waiting on these partitions (led here) can send nothing more until
+        answered: flush what it waits for without waiting for the flush interval."""
         ...
 
     async def delete_topic(self, name: str) -> bool:

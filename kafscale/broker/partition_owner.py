@@ -256,6 +256,8 @@ class PartitionOwner:
                     entry.txn_first = self.next_offset
                     self.txns.began(header.producer_id, self.next_offset)
                 pending.producers[header.producer_id] = entry.copy()
+            else:
+                pending.plain = True
             self.next_offset += header.last_offset_delta + 1
         pending.chunks.append(buf)
         self.bytes_in += len(buf)
@@ -367,10 +369,12 @@ class PartitionOwner:
     def flush_now(self, producer_id: int) -> None:
         """The producer can send nothing more until it is answered (kafscale.acceptor.blocked_producers): if its
         records are in the open window, seal it without waiting for the flush interval. (If they are sealed
-        already, the open window holds only others' records, which keep their interval.)"""
+        already, the open window holds only others' records, which keep their interval.) A plain producer's (-1)
+        records carry no id: any plain records in the window count as its."""
         if self.packer is not None and not self.packer.ticks:  # a virtual partition's segment waits for its
             return  # pack's window anyway
-        if self._open.chunks and not self._open.due_now and producer_id in self._open.producers:
+        if self._open.chunks and not self._open.due_now and (
+                producer_id in self._open.producers if producer_id >= 0 else self._open.plain):
             self._open.due_now = True
             self._wake.set()
 

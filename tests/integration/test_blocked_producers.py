@@ -87,22 +87,27 @@ def test_by_default_a_blocked_producers_few_bytes_are_flushed_at_once_too(tmp_pa
 
 
 def idempotent_batch(producer_id: int, epoch: int, value: bytes) -> bytes:
+    """One record; a producer id of -1 makes it a plain producer's."""
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
-                                        producer_epoch=epoch, base_sequence=0, batch_size=1 << 20)
+                                        producer_epoch=epoch, base_sequence=0 if producer_id >= 0 else -1,
+                                        batch_size=1 << 20)
     builder.append(0, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
     return bytes(builder.build())
 
 
-def pipelined(wire: KafkaWire, topic: str, partitions: range) -> float:
-    """An idempotent producer (no ApiVersions: not librdkafka) sends one one-record request per partition without
-    waiting; seconds until all are answered."""
-    init = wire.call(make(request_class(INIT_PRODUCER_ID, 4), transactional_id=None,
-                          transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1))
-    assert init.error_code == ErrorCode.none
+def pipelined(wire: KafkaWire, topic: str, partitions: range, idempotent: bool = True) -> float:
+    """An idempotent (or plain) producer (no ApiVersions: not librdkafka) sends one one-record request per partition
+    without waiting; seconds until all are answered."""
+    producer, epoch = -1, -1
+    if idempotent:
+        init = wire.call(make(request_class(INIT_PRODUCER_ID, 4), transactional_id=None,
+                              transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1))
+        assert init.error_code == ErrorCode.none
+        producer, epoch = init.producer_id, init.producer_epoch
     after_a_tick()
     started = time.monotonic()
     for p in partitions:
-        record = idempotent_batch(init.producer_id, init.producer_epoch, bytes(300 * 1024))  # past the minimum
+        record = idempotent_batch(producer, epoch, bytes(300 * 1024))  # past the minimum
         wire.send(wire.produce_request(topic, p, record))
     for _ in partitions:
         _, answer = wire.receive()
@@ -118,3 +123,15 @@ def test_five_idempotent_requests_waiting_on_a_connection_are_answered_without_w
         assert pipelined(wire, "blocked-five", range(5)) < INTERVAL_S / 2
     with KafkaWire(port(broker)) as wire:  # four: it could send more, so they wait for the interval
         assert pipelined(wire, "blocked-five", range(4)) >= INTERVAL_S * 0.9
+
+
+def test_five_plain_requests_waiting_on_a_connection_are_answered_without_waiting_for_the_interval(
+        broker: InProcessBroker) -> None:
+    """The Java producer (and sarama, and most clients but librdkafka) keeps 5 requests in flight per connection
+    whether or not it is idempotent: a plain acks=all producer at that limit is blocked as well."""
+    with KafkaWire(port(broker)) as wire:
+        wire.create_topic("blocked-plain", 5)
+    with KafkaWire(port(broker)) as wire:
+        assert pipelined(wire, "blocked-plain", range(5), idempotent=False) < INTERVAL_S / 2
+    with KafkaWire(port(broker)) as wire:  # four: it could send more, so they wait for the interval
+        assert pipelined(wire, "blocked-plain", range(4), idempotent=False) >= INTERVAL_S * 0.9

@@ -368,6 +368,20 @@ async def test_flush_now_seals_the_open_window_without_waiting_for_the_interval(
     assert not later.durable.done() and owner.high_watermark == 6
 
 
+async def test_flush_now_of_a_plain_producer_seals_a_window_that_holds_plain_records(env: Env) -> None:
+    """Plain records carry no producer id: a blocked plain producer (-1) seals the window if any plain records are
+    in it, and leaves one holding only an idempotent producer's."""
+    owner = await env.owner(flush_interval_ms=600_000, blocked_flush_min_bytes=0)  # the timer never fires here
+    idempotent = await owner.append(batch(values(2), pid=PID, epoch=0, seq=0), acks=-1)
+    owner.flush_now(-1)
+    await asyncio.sleep(0.3)
+    assert not idempotent.durable.done() and owner.high_watermark == 0
+    plain = await owner.append(batch(values(3)), acks=-1)
+    owner.flush_now(-1)
+    await asyncio.gather(durable(idempotent, timeout=5), durable(plain, timeout=5))
+    assert [(s.base, s.last) for s in owner.segments] == [(0, 4)]
+
+
 async def test_flush_now_waits_for_the_interval_until_the_window_holds_blocked_flush_min_bytes(env: Env) -> None:
     """A slow producer's small window keeps the timer, so its records still share objects; once the window holds
     the minimum (more producers, or bigger batches) it seals."""

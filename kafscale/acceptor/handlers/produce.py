@@ -13,7 +13,7 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from kafscale.acceptor import legacy
-from kafscale.acceptor.blocked_producers import producer_id, record_count
+from kafscale.acceptor.blocked_producers import PLAIN, producer_id, record_count
 from kafscale.acceptor.handlers.common import allowed, new_leader
 from kafscale.acceptor.router import RequestContext
 from kafscale.broker.interface import Broker, ProduceItem
@@ -84,9 +84,8 @@ def handle(broker: Broker, ctx: RequestContext, req: ProduceRequestData) -> asyn
     answered = broker.start_produce(jobs, acks, req.timeout_ms, answer, req.transactional_id,
                                     add_to_txn=ctx.api_version >= ADDS_TO_TXN_SINCE)
     if acks == -1 and jobs and ctx.produce_waits is not None and not answered.done():
-        producer = producer_id(jobs[0][2])
-        if producer >= 0:
-            waits = ctx.produce_waits
+        producer, waits = producer_id(jobs[0][2]), ctx.produce_waits
+        if producer != PLAIN or not waits.counts_records:  # librdkafka's plain producer is never at a limit
             counted = [(t, p, record_count(records) if waits.counts_records else 0) for t, p, records in jobs]
             waits.track(answered, producer, counted, broker.flush_now)
     return answered

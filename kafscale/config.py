@@ -139,9 +139,10 @@ class BrokerConfig:
     flush_interval_ms: int = field(default=50, metadata={
         "help": "max time a record waits to flush while no earlier upload of its partition is running"})
     blocked_flush_min_bytes: int = field(default=0, metadata={
-        "help": "a partition whose waiting producers can send nothing more (idempotent ones at their in-flight "
-                "limit) flushes at once when it holds this much (0: always); less waits for flush_interval_ms "
-                "(fewer object-store requests from slow producers, more latency)"})
+        "help": "a partition whose waiting producers can send nothing more (at Kafka's in-flight limit: 5 acks=all "
+                "requests on a connection, or librdkafka's idempotent 5 records on a partition) flushes at once "
+                "when it holds this much (0: always); less waits for flush_interval_ms (fewer object-store "
+                "requests from slow producers, more latency)"})
     pack_segments: bool = field(default=True, metadata={
         "help": "each shard stores the segments a plain topic's partitions flush in one interval as one object (a "
                 "pack): object-store requests follow time, not partitions; off: an object and an index a segment"})

@@ -31,7 +31,7 @@ from kafscale.storage.embedded_store import EmbeddedStore
 from kafscale.storage.etcd_store import EtcdStore
 from kafscale.storage.keys import pack_name_of, parse_segment_key
 from kafscale.storage.local_store import LocalDirStore
-from kafscale.storage.object_store import ObjectStore
+from kafscale.storage.object_store import ObjectNotFoundError, ObjectStore
 from kafscale.storage.pack import TAIL_READ, parse_trailer
 from kafscale.testing.etcd_server import EtcdServer
 from kafscale.testing.inprocess import InProcessBroker
@@ -81,7 +81,10 @@ class Cluster:
             if parsed is not None and parsed.kind == "kfs" and parsed.topic == topic:
                 found.append(StoredSegment(parsed.partition, parsed.base_offset, o.key, 0, o.size))
             elif pack_name_of(o.key, NAMESPACE, topic) is not None:
-                tail = self.objects.get_range(o.key, max(0, o.size - TAIL_READ), min(TAIL_READ, o.size))
+                try:
+                    tail = self.objects.get_range(o.key, max(0, o.size - TAIL_READ), min(TAIL_READ, o.size))
+                except ObjectNotFoundError:  # deleted since the listing (retention, the janitor): not stored now
+                    continue
                 found += [StoredSegment(lane.lane, lane.base, o.key, lane.position, lane.size)
                           for lane in parse_trailer(tail, o.size, o.key).lanes]
         return sorted(found)

@@ -282,11 +282,19 @@ versions = pytest.mark.parametrize("version", CLIENT_VERSIONS)
 
 
 def batches(b: JvmBroker, topic: str, partition: int = 0) -> list[BatchHeader]:
-    """The headers of the batches the broker stored, as a raw Fetch gives them back."""
+    """The headers of the batches the broker stored, as raw Fetches give them back, up to the high watermark: one
+    Fetch may stop at the end of a segment (Kafka's reads one log segment), so the next starts after it."""
+    found: list[BatchHeader] = []
+    offset = 0
     with KafkaWire(b.port) as wire:
-        answer = wire.fetch(topic, partition, 0)
-        assert answer.error_code == 0, answer
-        return [header for _, header in split_batches(bytes(answer.records or b""))]
+        while True:
+            answer = wire.fetch(topic, partition, offset)
+            assert answer.error_code == 0, answer
+            headers = [header for _, header in split_batches(bytes(answer.records or b""))]
+            found += headers
+            if not headers or headers[-1].last_offset + 1 >= answer.high_watermark:
+                return found
+            offset = headers[-1].last_offset + 1
 
 
 def values(result: dict[str, Any]) -> list[str]:
